@@ -1,0 +1,131 @@
+"""Typed specs that cross process boundaries: budget, agent, driver, task, cell.
+
+They are frozen and built only from validated plain dicts, so a trial on another node sees exactly
+what the orchestrator resolved. A cell's id is a hash of its resolved spec: same spec, same id.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A mistake in the user's configuration; the message says which key, which value, what to do."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    wall_time_s: float
+    max_submissions: int
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    cpus: float = 1
+    gpus: float = 0
+    memory_gb: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "budget") -> "Budget":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+        for key in ("wall_time_s", "max_submissions"):
+            if d.get(key) is None:
+                raise ConfigError(f"{where}.{key} is missing; set it to a positive number")
+        for key in ("wall_time_s", "max_submissions", "max_tokens", "max_cost_usd", "memory_gb"):
+            value = d.get(key)
+            if value is not None and (not isinstance(value, (int, float)) or value <= 0):
+                raise ConfigError(f"{where}.{key}={value!r} must be a positive number")
+        for key in ("cpus", "gpus"):
+            value = d.get(key, 0)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"{where}.{key}={value!r} must be a number >= 0")
+        if d.get("cpus", 1) == 0:
+            raise ConfigError(f"{where}.cpus=0: a cell needs some CPU to run its agent; use e.g. 0.5")
+        return cls(**d)
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.wall_time_s / 3600
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    kind: str                       # builtin | command
+    script: str | None = None       # builtin: agents/builtin/<script>.py, copied into the workspace's code/
+    command: str | None = None      # command: a shell command line run in the workspace
+    args: dict = field(default_factory=dict)
+    needs_driver: bool = False
+
+
+@dataclass(frozen=True)
+class DriverSpec:
+    name: str
+    provider: str = "none"
+    model: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    agent: AgentSpec
+    driver: DriverSpec
+    task: dict                      # the task's resolved config (see evaluators.tasks)
+    seed: int
+    budget: Budget
+    sweep: str = ""
+
+    @property
+    def cell_id(self) -> str:
+        return cell_id(self)
+
+    @property
+    def task_name(self) -> str:
+        return self.task["name"]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CellSpec":
+        return cls(
+            agent=AgentSpec(**d["agent"]),
+            driver=DriverSpec(**d["driver"]),
+            task=d["task"],
+            seed=int(d["seed"]),
+            budget=Budget(**d["budget"]),
+            sweep=d.get("sweep", ""),
+        )
+
+
+def _identity(spec: CellSpec) -> dict:
+    """What decides a cell's result. Grader resources and batching do not, nor the sweep's name."""
+    d = spec.to_dict()
+    d.pop("sweep")
+    d["task"] = {k: v for k, v in d["task"].items() if k != "grader"}
+    return d
+
+
+def cell_id(spec: CellSpec) -> str:
+    blob = json.dumps(_identity(spec), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def to_plain(obj: Any) -> Any:
+    """OmegaConf containers and tuples to plain JSON-able python."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(obj, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(obj, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(obj, dict):
+        return {k: to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    return obj

@@ -1,0 +1,137 @@
+"""Expand a sweep (agents x drivers x tasks x seeds, one budget) into cells.
+
+Names in a sweep resolve to files of the config groups conf/agent, conf/driver, conf/task. Selecting a group
+on the command line (`agent=command agent.command=...`, `task=gsm_symbolic`) narrows the sweep to that one
+entry and uses the composed config with its overrides.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from orchestrator.specs import AgentSpec, Budget, CellSpec, ConfigError, DriverSpec, to_plain
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+GROUPS = ("agent", "driver", "task", "sweep", "cluster", "logger", "budget")
+
+
+def known(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def load_named(group: str, name: str, where: str) -> dict:
+    path = CONF_DIR / group / f"{name}.yaml"
+    if not path.exists():
+        raise ConfigError(f"unknown {group} {name!r} in {where}; known {group}s: {', '.join(known(group))}")
+    return to_plain(OmegaConf.load(path))
+
+
+def _names(cfg: DictConfig, group: str, listed_key: str) -> list[tuple[str, dict | None]]:
+    """(name, composed config or None) for each entry; a group selected on the command line wins."""
+    selected = cfg.get(group)
+    if selected is not None:
+        data = to_plain(selected)
+        return [(data.get("name") or "?", data)]
+    names = cfg.sweep.get(listed_key)
+    if names is None or len(names) == 0:
+        raise ConfigError(f"sweep.{listed_key} is empty in sweep {cfg.sweep.get('name')!r}; list at least one")
+    return [(str(n), None) for n in names]
+
+
+def seeds_of(sweep: DictConfig) -> list[int]:
+    seeds = sweep.get("seeds")
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds <= 0:
+            raise ConfigError(f"sweep.seeds={seeds} must be a positive count or a non-empty list")
+        return list(range(seeds))
+    seeds = to_plain(seeds) if seeds is not None else []
+    if not seeds:
+        raise ConfigError("sweep.seeds is empty; give a list such as [0, 1] or a count such as 3")
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise ConfigError(f"sweep.seeds={seeds} must be integers")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"sweep.seeds={seeds} has duplicates")
+    return seeds
+
+
+def budget_of(cfg: DictConfig) -> Budget:
+    merged = dict(to_plain(cfg.budget) or {})
+    merged.update(to_plain(cfg.sweep.get("budget")) or {})
+    return Budget.from_dict(merged, where="budget (conf/budget + sweep.budget)")
+
+
+def agent_spec(data: dict, where: str) -> AgentSpec:
+    kind = data.get("kind")
+    if kind not in ("builtin", "command"):
+        raise ConfigError(f"{where}.kind={kind!r} must be 'builtin' or 'command'")
+    if kind == "command" and not data.get("command"):
+        raise ConfigError(f"{where}.command is empty; e.g. agent.command='python my_agent.py'")
+    if kind == "builtin" and not data.get("script"):
+        raise ConfigError(f"{where}.script is missing for builtin agent {data.get('name')!r}")
+    fields = {k: data[k] for k in ("name", "kind", "script", "command", "args", "needs_driver") if k in data}
+    fields["args"] = fields.get("args") or {}
+    return AgentSpec(**fields)
+
+
+def driver_spec(data: dict) -> DriverSpec:
+    extra = {k: v for k, v in data.items() if k not in ("name", "provider", "model")}
+    return DriverSpec(name=data["name"], provider=data.get("provider", "none"), model=data.get("model"), extra=extra)
+
+
+def check_task(data: dict, where: str) -> dict:
+    for key in ("name", "cls", "base_model"):
+        if not data.get(key):
+            raise ConfigError(f"{where}.{key} is missing")
+    return data
+
+
+def expand(cfg: DictConfig) -> list[CellSpec]:
+    if "sweep" not in cfg or cfg.sweep is None:
+        raise ConfigError(f"no sweep selected; use sweep=NAME with one of: {', '.join(known('sweep'))}")
+    budget = budget_of(cfg)
+    seeds = seeds_of(cfg.sweep)
+
+    agents = []
+    for name, data in _names(cfg, "agent", "agents"):
+        where = "agent" if data is not None else f"sweep.agents ({name})"
+        try:
+            data = data or load_named("agent", name, "sweep.agents")
+            agents.append(agent_spec(data, where))
+        except Exception as e:  # omegaconf's MissingMandatoryValue for `command: ???`
+            if isinstance(e, ConfigError):
+                raise
+            raise ConfigError(f"{where}: {e}".splitlines()[0]) from None
+    drivers = [driver_spec(d or load_named("driver", n, "sweep.drivers")) for n, d in _names(cfg, "driver", "drivers")]
+    tasks = [check_task(d or load_named("task", n, "sweep.tasks"), f"task {n}") for n, d in _names(cfg, "task", "tasks")]
+    none_driver = DriverSpec(name="none")
+
+    cells = []
+    for task in tasks:
+        for agent in agents:
+            if agent.needs_driver:
+                paired = [d for d in drivers if d.provider != "none"]
+                if not paired:
+                    raise ConfigError(f"agent {agent.name!r} needs an LLM driver but sweep.drivers has none; "
+                                      f"add one of: {', '.join(d for d in known('driver') if d != 'none')}")
+            else:
+                paired = [none_driver]  # reference agents need no LLM: one cell, not one per driver
+            for driver in paired:
+                for seed in seeds:
+                    cells.append(CellSpec(agent=agent, driver=driver, task=task, seed=seed, budget=budget,
+                                          sweep=str(cfg.sweep.name)))
+    ids = [c.cell_id for c in cells]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("the sweep lists the same cell twice (duplicate agents, tasks or drivers)")
+    return cells
+
+
+def check_cluster(cfg: DictConfig) -> None:
+    mode = cfg.cluster.get("mode")
+    if mode not in ("local", "ray"):
+        raise ConfigError(f"cluster.mode={mode!r} is unknown; use 'local' (start Ray here) or 'ray' (join a cluster)")
+    emulated = cfg.cluster.get("emulated_gpus", 0) or 0
+    if emulated < 0:
+        raise ConfigError(f"cluster.emulated_gpus={emulated} must be >= 0")
+    if mode == "ray" and OmegaConf.is_missing(cfg.cluster, "workspace_root"):
+        raise ConfigError("cluster.workspace_root is required with cluster=ray: a path every node can reach")
