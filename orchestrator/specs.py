@@ -102,11 +102,22 @@ class CellSpec:
         )
 
 
+# Grader settings that change how fast a score comes, not what it is.
+GRADER_RUNTIME_KEYS = {"num_cpus", "num_gpus", "num_replicas", "batch_size", "max_concurrent", "backend", "threads"}
+
+
+def task_identity(task: dict) -> dict:
+    """A task config without its grader's resource knobs."""
+    out = dict(task)
+    out["grader"] = {k: v for k, v in (task.get("grader") or {}).items() if k not in GRADER_RUNTIME_KEYS}
+    return out
+
+
 def _identity(spec: CellSpec) -> dict:
-    """What decides a cell's result. Grader resources and batching do not, nor the sweep's name."""
+    """What decides a cell's result: not the grader's resources or batching, nor the sweep's name."""
     d = spec.to_dict()
     d.pop("sweep")
-    d["task"] = {k: v for k, v in d["task"].items() if k != "grader"}
+    d["task"] = task_identity(d["task"])
     return d
 
 

@@ -1,0 +1,209 @@
+"""sft: supervised fine-tuning in rounds, submitting after each one.
+
+Run in a workspace (`python code/sft.py`). Reads run.json, trains the base model with trl's SFTTrainer on
+data/train.jsonl (prompt -> completion as chat, so the loss is on the completion only), saves output/round-N,
+submits it, and keeps training while another round and its grading fit before the deadline. Grading runs in a
+background thread, so the next round trains while the last one is graded.
+
+Knobs (run.json "agent_args"): steps_per_round, max_rounds, learning_rate, batch_size, warmup_steps,
+lr_scheduler_type, weight_decay, max_length, margin_s (kept free before the deadline), grading_estimate_s (a guess
+until a grading has been timed), threads (torch threads; default: OMP_NUM_THREADS).
+
+Standalone on purpose: stdlib, torch, transformers, trl and datasets only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+DEFAULTS = {
+    "steps_per_round": 250,
+    "max_rounds": 20,
+    "learning_rate": 2e-3,
+    "batch_size": 32,
+    "warmup_steps": 30,
+    "lr_scheduler_type": "constant_with_warmup",
+    "weight_decay": 0.0,
+    "max_length": 1024,
+    "margin_s": 5.0,
+    "grading_estimate_s": 15.0,
+    "threads": None,
+}
+
+
+def log(msg: str) -> None:
+    print(f"[sft {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def load_rows(path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def chat_dataset(rows: list[dict]):
+    """prompt/completion in conversational form: trl renders the chat template and masks the prompt."""
+    from datasets import Dataset
+
+    return Dataset.from_list([
+        {"prompt": [{"role": "user", "content": row["prompt"]}],
+         "completion": [{"role": "assistant", "content": row["completion"]}]}
+        for row in rows
+    ])
+
+
+def submit(grading_url: str, token: str, model_path: str, timeout: float) -> tuple[int, dict]:
+    """POST /submit. Returns (HTTP status, JSON answer); errors come back as 4xx/5xx with {error, code}."""
+    request = urllib.request.Request(
+        grading_url.rstrip("/") + "/submit", data=json.dumps({"model_path": model_path}).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        try:
+            body = json.loads(e.read() or b"{}")
+        except ValueError:
+            body = {"error": str(e)}
+        return e.code, body
+    except (urllib.error.URLError, TimeoutError, OSError) as e:
+        return 0, {"error": f"{type(e).__name__}: {e}"}
+
+
+class Submitter:
+    """Submits saved rounds one at a time in a background thread and times each grading."""
+
+    def __init__(self, grading_url: str, token: str, deadline: float, max_submissions: int | None,
+                 grading_estimate_s: float):
+        self.grading_url, self.token, self.deadline = grading_url, token, deadline
+        self.remaining = max_submissions
+        self.grading_s = float(grading_estimate_s)
+        self.stop = False          # the grader said no more (budget spent, bad token)
+        self.results: list[dict] = []
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._lock = threading.Lock()
+
+    def can_submit(self) -> bool:
+        return not self.stop and (self.remaining is None or self.remaining > 0)
+
+    def submit(self, model_path: str) -> None:
+        if self.remaining is not None:
+            self.remaining -= 1  # counted now so training does not plan rounds it cannot submit
+        self._pool.submit(self._submit, model_path)
+
+    def _submit(self, model_path: str) -> None:
+        start = time.time()
+        status, answer = submit(self.grading_url, self.token, model_path,
+                                timeout=max(10.0, self.deadline - time.time()))
+        took = time.time() - start
+        with self._lock:
+            if status == 200:
+                self.grading_s = max(self.grading_s * 0.5, took)  # trust measurements over the first guess
+                if answer.get("remaining_submissions") is not None:
+                    self.remaining = min(self.remaining, answer["remaining_submissions"]) \
+                        if self.remaining is not None else answer["remaining_submissions"]
+            elif status in (401, 409):
+                self.stop = True
+            self.results.append({"model_path": model_path, "status": status, "took_s": round(took, 2), **answer})
+        print(json.dumps({"model_path": model_path, "status": status, **answer}), flush=True)
+
+    def wait(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def train(model_path, rows: list[dict], output_dir, args: dict, seed: int, deadline: float,
+          on_round) -> list[str]:
+    """Train in rounds of args["steps_per_round"]; after each, save output_dir/round-N and call
+    on_round(path) -> bool (False: stop). Stops before a round (plus its grading, args["grading_s"]())
+    that cannot end before the deadline. Returns the saved round directories."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
+    from trl import SFTConfig, SFTTrainer
+
+    args = {**DEFAULTS, **(args or {})}
+    grading_s = args.get("grading_s") or (lambda: float(args["grading_estimate_s"]))
+    if args["threads"]:
+        torch.set_num_threads(int(args["threads"]))
+    set_seed(seed)
+    output_dir = Path(output_dir)
+    use_gpu = torch.cuda.is_available()
+    bf16 = use_gpu and torch.cuda.is_bf16_supported()
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    steps, rounds = int(args["steps_per_round"]), int(args["max_rounds"])
+    config = SFTConfig(
+        output_dir=str(output_dir / ".trainer"), max_steps=steps * rounds, per_device_train_batch_size=int(args["batch_size"]),
+        learning_rate=float(args["learning_rate"]), lr_scheduler_type=args["lr_scheduler_type"],
+        warmup_steps=int(args["warmup_steps"]), weight_decay=float(args["weight_decay"]),
+        max_length=int(args["max_length"]), seed=seed, data_seed=seed, bf16=bf16, use_cpu=not use_gpu,
+        save_strategy="no", report_to=[], logging_steps=max(1, steps // 5), disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    saved: list[str] = []
+
+    class Rounds(TrainerCallback):
+        """Saves and hands over a round every `steps` steps; stops when the next one would miss the deadline."""
+
+        def __init__(self):
+            self.start = None
+
+        def on_step_end(self, state_args, state, control, **kw):
+            now = time.time()
+            if self.start is None:  # the first step includes warm-up costs; time from its end
+                self.start, self.first_step = now, state.global_step
+                return
+            per_step = (now - self.start) / max(1, state.global_step - self.first_step)
+            in_round = state.global_step % steps
+            left_in_round = (steps - in_round) % steps
+            # Safety net: if estimates were off and this round cannot finish, hand over what we have now.
+            late = now + left_in_round * per_step + grading_s() + args["margin_s"] > deadline
+            if in_round == 0 or late:
+                path = output_dir / f"round-{len(saved) + 1}"
+                kw["model"].save_pretrained(path)
+                tokenizer.save_pretrained(path)
+                saved.append(str(path))
+                log(f"round {len(saved)} saved at step {state.global_step} ({per_step:.3f} s/step)")
+                keep_going = on_round(str(path)) is not False
+                next_end = time.time() + steps * per_step + grading_s() + args["margin_s"]
+                if late or not keep_going or next_end > deadline:
+                    control.should_training_stop = True
+
+    trainer = SFTTrainer(model=model, args=config, train_dataset=chat_dataset(rows), processing_class=tokenizer,
+                         callbacks=[Rounds()])
+    trainer.train()
+    return saved
+
+
+def main() -> int:
+    run = json.loads(Path("run.json").read_text())
+    args = {**DEFAULTS, **(run.get("agent_args") or {})}
+    deadline = float(run["deadline"])
+    rows = load_rows(run["train_data"])
+    log(f"{len(rows)} training rows, {deadline - time.time():.0f} s left, args {args}")
+    submitter = Submitter(run["grading_url"], run["run_token"], deadline, run.get("max_submissions"),
+                          args["grading_estimate_s"])
+    args["grading_s"] = lambda: submitter.grading_s
+
+    def on_round(path: str) -> bool:
+        # submit the path relative to the workspace, as the grading API expects
+        submitter.submit(os.path.relpath(path, Path.cwd()))
+        return submitter.can_submit()
+
+    if not submitter.can_submit():
+        log("no submissions allowed; nothing to do")
+        return 0
+    saved = train(run["model_path"], rows, run["output_dir"], args, int(run.get("seed", 0)), deadline, on_round)
+    submitter.wait()
+    best = max((r.get("score", 0.0) for r in submitter.results if r["status"] == 200), default=None)
+    log(f"done: {len(saved)} round(s) saved, {len(submitter.results)} graded, best score {best}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

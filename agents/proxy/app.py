@@ -1,0 +1,251 @@
+"""The driver proxy: one ASGI app for a whole sweep, metering every agent->LLM call per cell.
+
+Agents talk to it as if it were their provider (Anthropic messages, OpenAI chat completions and
+responses, Gemini generateContent), with a per-cell key. It forwards to the cell's real upstream with
+the real key, passes streams through as they arrive, reads token usage from the upstream's own usage
+fields, records each call durably, and refuses calls (in the provider's error shape) once the cell's
+token or cost budget is spent.
+
+Run it with uvicorn (`python -m agents.proxy`, or `agents.proxy.server.start_in_thread`) or as a
+Ray Serve deployment (`agents.proxy.deployment`). Cells live in one process: run one replica.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from contextlib import asynccontextmanager
+
+import anyio
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from agents.proxy.cells import Cell, CellRegistry
+from agents.proxy.protocols import (budget_status, caller_key, error_response, gemini_model_path,
+                                    parse_json, prepare_body, protocol_of_path, response_headers,
+                                    upstream_headers, upstream_url)
+from agents.proxy.upstream import RetryPolicy, UpstreamUnreachable, send
+from agents.proxy.usage import (ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, StreamMeter, Usage,
+                                usage_from_body)
+
+ADMIN_HEADER = "x-a2rl-admin-token"
+
+
+class ProxyState(CellRegistry):
+    """Everything one proxy process holds: its cells, retry policy and upstream connection pool.
+
+    register_cell / close_cell / usage (from CellRegistry) are the orchestrator's API; over HTTP the
+    same calls are under /admin when an admin_token is set.
+    """
+
+    def __init__(self, retry: RetryPolicy | None = None, admin_token: str | None = None,
+                 environ: dict | None = None, read_timeout_s: float = 600.0, max_connections: int = 1024,
+                 trust_env: bool = True):
+        super().__init__(environ)
+        self.retry = retry or RetryPolicy()
+        self.admin_token = admin_token
+        self.read_timeout_s = read_timeout_s
+        self.max_connections = max_connections
+        self.trust_env = trust_env       # honour HTTPS_PROXY/NO_PROXY for the real upstreams
+        self.client: httpx.AsyncClient | None = None
+
+    def open_client(self) -> httpx.AsyncClient:
+        # Created inside the serving event loop (lifespan), never at import or construction time.
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=10.0, read=self.read_timeout_s, write=60.0, pool=60.0),
+            limits=httpx.Limits(max_connections=self.max_connections,
+                                max_keepalive_connections=self.max_connections),
+            trust_env=self.trust_env)
+        return self.client
+
+
+def make_app(state: ProxyState) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app):
+        state.open_client()
+        try:
+            yield
+        finally:
+            await state.client.aclose()
+
+    app = FastAPI(title="a2rl driver proxy", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+
+    @app.post("/v1/messages")
+    async def anthropic_messages(request: Request):
+        return await proxy_call(state, request, ANTHROPIC, "/v1/messages")
+
+    @app.post("/v1/messages/count_tokens")
+    async def anthropic_count_tokens(request: Request):
+        return await proxy_call(state, request, ANTHROPIC, "/v1/messages/count_tokens")
+
+    @app.post("/v1/chat/completions")
+    async def openai_chat(request: Request):
+        return await proxy_call(state, request, OPENAI_CHAT, "/v1/chat/completions")
+
+    @app.post("/v1/responses")
+    async def openai_responses(request: Request):
+        return await proxy_call(state, request, OPENAI_RESPONSES, "/v1/responses")
+
+    @app.post("/v1beta/models/{model_method}")
+    async def gemini(request: Request, model_method: str):
+        return await proxy_call(state, request, GEMINI, "/v1beta/models/", model_method)
+
+    @app.get("/health")
+    async def health():
+        return {"ok": True}
+
+    # --- orchestrator API over HTTP (for a proxy in another process); off without an admin token ---
+    def admin_ok(request: Request) -> bool:
+        given = request.headers.get(ADMIN_HEADER, "")
+        return bool(state.admin_token) and secrets.compare_digest(given, state.admin_token)
+
+    def admin_denied():
+        return JSONResponse({"error": "admin token missing or wrong", "code": "unauthorized"}, 401)
+
+    @app.post("/admin/cells")
+    async def admin_register(request: Request):
+        if not admin_ok(request):
+            return admin_denied()
+        spec = parse_json(await request.body()) or {}
+        try:
+            key = state.register_cell(spec.get("cell_id"), spec.get("driver") or {}, spec.get("limits"),
+                                      spec.get("records_path"))
+        except (ValueError, TypeError, OSError) as exc:
+            return JSONResponse({"error": str(exc), "code": "bad_cell"}, 400)
+        return {"key": key}
+
+    @app.get("/admin/cells/{key}")
+    async def admin_usage(request: Request, key: str):
+        if not admin_ok(request):
+            return admin_denied()
+        try:
+            return state.usage(key)
+        except KeyError:
+            return JSONResponse({"error": "unknown key", "code": "not_found"}, 404)
+
+    @app.delete("/admin/cells/{key}")
+    async def admin_close(request: Request, key: str):
+        if not admin_ok(request):
+            return admin_denied()
+        try:
+            return state.close_cell(key)
+        except KeyError:
+            return JSONResponse({"error": "unknown key", "code": "not_found"}, 404)
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+    async def not_found(path: str):
+        # Unrouted endpoints are refused, not forwarded: they would be calls nobody meters.
+        return error_response(protocol_of_path("/" + path), 404, "not_found",
+                              f"/{path} is not an endpoint the a2rl driver proxy serves")
+
+    return app
+
+
+async def proxy_call(state: ProxyState, request: Request, protocol: str, path: str,
+                     model_method: str | None = None) -> Response:
+    t0, start = time.time(), time.monotonic()
+    cell = state.get(caller_key(request.headers, request.query_params))
+    if cell is None:
+        return error_response(protocol, 401, "auth", "invalid API key: unknown or closed a2rl proxy key")
+    driver = cell.driver
+    endpoint = path + (model_method or "")
+
+    def record(usage=Usage(), *, status, error=None, stream=False, wait_s=0.0, attempts=0,
+               model=None, requested=None):
+        cell.record(t=t0, endpoint=endpoint, model=model, requested_model=requested, usage=usage,
+                    latency_s=time.monotonic() - start, wait_s=wait_s, attempts=attempts,
+                    status=status, stream=stream, error=error)
+
+    raw = await request.body()
+    body = parse_json(raw)
+    if body is None:
+        record(status=400, error="request body is not a JSON object")
+        return error_response(protocol, 400, "bad_request", "request body is not a JSON object")
+
+    limit = cell.exhausted()
+    if limit:
+        cell.refused += 1
+        message = budget_message(cell, limit)
+        status = budget_status(protocol)
+        record(status=status, error=f"budget_exhausted: {limit}", requested=body.get("model"))
+        return error_response(protocol, status, "budget", message)
+
+    if protocol == GEMINI:
+        upstream_mm, requested, method = gemini_model_path(model_method, driver)
+        path = path + upstream_mm
+        model, stream, content = upstream_mm.partition(":")[0], method == "streamGenerateContent", raw
+    else:
+        body, stream, requested, changed = prepare_body(protocol, body, driver)
+        model, content = body.get("model"), (json.dumps(body).encode() if changed else raw)
+    facts = dict(model=model, requested=requested, stream=stream)
+
+    url = upstream_url(driver, path, request.query_params.multi_items())
+    headers = upstream_headers(request.headers, driver, cell.real_key)
+    try:
+        resp, attempts, wait_s = await send(state.client, "POST", url, headers, content, state.retry)
+    except UpstreamUnreachable as exc:
+        record(status=502, error=f"upstream unreachable: {exc}", wait_s=exc.wait_s, attempts=exc.attempts,
+               **facts)
+        return error_response(protocol, 502, "upstream", "upstream unreachable after retries")
+    facts.update(wait_s=wait_s, attempts=attempts)
+    out_headers = response_headers(resp.headers)
+
+    if stream and resp.status_code < 400:
+        meter = StreamMeter(protocol)
+        meter.sse = "text/event-stream" in resp.headers.get("content-type", "")
+        return StreamingResponse(relay(cell, resp, meter, record, facts), status_code=resp.status_code,
+                                 headers=out_headers)
+
+    try:
+        data = await resp.aread()
+    except httpx.HTTPError as exc:
+        record(status=502, error=f"upstream read failed: {type(exc).__name__}", **facts)
+        return error_response(protocol, 502, "upstream", "upstream connection lost")
+    finally:
+        await resp.aclose()
+    data = scrub(cell, data)
+    ok = resp.status_code < 400
+    usage = usage_from_body(protocol, data) if ok else Usage()
+    error = None if ok else data[:500].decode("utf-8", "replace")
+    record(usage, status=resp.status_code, error=error, **facts)
+    return Response(data, status_code=resp.status_code, headers=out_headers)
+
+
+async def relay(cell: Cell, resp: httpx.Response, meter: StreamMeter, record, facts: dict):
+    """Pass the upstream stream on chunk by chunk while metering it; record when it ends.
+
+    The record is written (and fsynced) before the response closes, also when the agent hangs up
+    or the upstream breaks off mid-stream: tokens the upstream produced are counted either way.
+    """
+    error = None
+    try:
+        async for chunk in resp.aiter_bytes():
+            meter.feed(chunk)
+            yield scrub(cell, chunk)
+    except BaseException as exc:   # noqa: BLE001 - recorded, then re-raised
+        error = "client disconnected" if isinstance(exc, (anyio.get_cancelled_exc_class(), GeneratorExit)) \
+            else f"stream broken: {type(exc).__name__}: {exc}"
+        raise
+    finally:
+        record(meter.usage(), status=resp.status_code, error=error, **facts)
+        with anyio.CancelScope(shield=True):
+            await resp.aclose()
+
+
+def scrub(cell: Cell, data: bytes) -> bytes:
+    """Never let the real key reach the agent, even if an upstream error message quotes it."""
+    if cell.real_key:
+        key = cell.real_key.encode()
+        if key in data:
+            data = data.replace(key, b"***")
+    return data
+
+
+def budget_message(cell: Cell, limit: str) -> str:
+    if limit == "max_tokens":
+        spent = f"{cell.input_tokens + cell.output_tokens} tokens used of max_tokens={cell.max_tokens}"
+    else:
+        spent = f"${cell.cost_usd:.4f} spent of max_cost_usd={cell.max_cost_usd}"
+    return f"a2rl budget exhausted for this run ({limit}: {spent}); no further model calls are allowed"

@@ -1,0 +1,165 @@
+"""Per-cell keys, budgets and durable call records.
+
+A cell is registered with its driver config, a token/cost budget and a records file outside the
+agent's workspace. The agent only ever gets the per-cell key; the real key is read here, from the
+environment variable the driver names, when the cell is registered.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agents.proxy.protocols import PROVIDERS
+from agents.proxy.usage import Usage, cost_usd
+
+KEY_PREFIX = "a2rl-"
+
+
+def validate_driver(driver: dict) -> dict:
+    """Check a driver config (conf/driver/*.yaml) enough that a mistake fails at registration."""
+    driver = dict(driver)
+    name = driver.get("name", "?")
+    if driver.get("provider") not in PROVIDERS:
+        raise ValueError(f"driver {name}: provider={driver.get('provider')!r}; expected one of {PROVIDERS}")
+    if not driver.get("base_url"):
+        raise ValueError(f"driver {name}: base_url is missing")
+    for key in ("price_input_per_mtok", "price_output_per_mtok", "price_cached_input_per_mtok"):
+        value = driver.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"driver {name}: {key}={value!r} must be a number >= 0")
+    return driver
+
+
+@dataclass
+class Cell:
+    cell_id: str
+    driver: dict
+    real_key: str | None
+    max_tokens: int | None
+    max_cost_usd: float | None
+    records_path: str
+    calls: int = 0
+    refused: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+    wait_s: float = 0.0
+    closed: bool = False
+    _fd: int = field(default=-1, repr=False)
+
+    def exhausted(self) -> str | None:
+        """Which limit is spent ('max_tokens' or 'max_cost_usd'), or None."""
+        if self.max_tokens is not None and self.input_tokens + self.output_tokens >= self.max_tokens:
+            return "max_tokens"
+        if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
+            return "max_cost_usd"
+        return None
+
+    def record(self, *, t: float, endpoint: str, model: str | None, requested_model: str | None,
+               usage: Usage, latency_s: float, wait_s: float, attempts: int, status: int,
+               stream: bool, error: str | None) -> dict:
+        """Count one call against the budget and append it durably (write, fsync) to the records file."""
+        cost = cost_usd(usage, self.driver)
+        self.calls += 1
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.cached_tokens += usage.cached_tokens
+        self.cost_usd += cost
+        self.wait_s += wait_s
+        line = {
+            "t": t, "kind": "driver_usage", "cell_id": self.cell_id, "driver": self.driver.get("name"),
+            "provider": self.driver["provider"], "endpoint": endpoint, "model": model,
+            "requested_model": requested_model, "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens, "cached_tokens": usage.cached_tokens,
+            "cost_usd": round(cost, 10), "latency_s": round(latency_s, 6), "wait_s": round(wait_s, 6),
+            "attempts": attempts, "status": status, "stream": stream, "error": error,
+        }
+        data = (json.dumps(line) + "\n").encode()
+        if self.real_key:   # belt and braces: an upstream error message might quote the key
+            data = data.replace(self.real_key.encode(), b"***")
+        # One os.write on an O_APPEND descriptor: a whole line or nothing, then fsync so the call is
+        # on disk before the agent's response finishes.
+        fd = self._fd if self._fd >= 0 else _open_append(self.records_path)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            if fd != self._fd:   # a stream that outlived close_cell: still recorded, fd not kept
+                os.close(fd)
+        return line
+
+    def close(self) -> None:
+        self.closed = True
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def usage(self) -> dict:
+        return {
+            "cell_id": self.cell_id, "driver": self.driver.get("name"), "calls": self.calls,
+            "refused": self.refused, "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens, "cached_tokens": self.cached_tokens,
+            "total_tokens": self.input_tokens + self.output_tokens, "cost_usd": self.cost_usd,
+            "wait_s": self.wait_s, "max_tokens": self.max_tokens, "max_cost_usd": self.max_cost_usd,
+            "exhausted": self.exhausted(), "closed": self.closed, "records_path": self.records_path,
+        }
+
+
+class CellRegistry:
+    """All cells of one proxy, by key. Lives in one process (one Serve replica / one uvicorn)."""
+
+    def __init__(self, environ: dict | None = None):
+        self._environ = os.environ if environ is None else environ
+        self._cells: dict[str, Cell] = {}
+
+    def register_cell(self, cell_id: str, driver: dict, limits: dict | None, records_path: str) -> str:
+        """Register a cell; returns the per-cell key its agent uses in place of the real one."""
+        driver = validate_driver(driver)
+        limits = limits or {}
+        unknown = set(limits) - {"max_tokens", "max_cost_usd"}
+        if unknown:
+            raise ValueError(f"cell {cell_id}: unknown limit(s) {sorted(unknown)}")
+        env = driver.get("api_key_env")
+        real_key = None
+        if env:
+            real_key = self._environ.get(env)
+            if not real_key:
+                raise ValueError(f"driver {driver.get('name', '?')}: environment variable {env} is not set "
+                                 "where the driver proxy runs")
+        Path(records_path).parent.mkdir(parents=True, exist_ok=True)
+        key = KEY_PREFIX + secrets.token_urlsafe(24)
+        cell = Cell(cell_id, driver, real_key, limits.get("max_tokens"), limits.get("max_cost_usd"),
+                    str(records_path))
+        cell._fd = _open_append(cell.records_path)
+        self._cells[key] = cell
+        return key
+
+    def get(self, key: str | None) -> Cell | None:
+        cell = self._cells.get(key) if key else None
+        return None if cell is None or cell.closed else cell
+
+    def close_cell(self, key: str) -> dict:
+        """Stop accepting the key; returns the cell's final usage. Closing twice is harmless."""
+        cell = self._cells.get(key)
+        if cell is None:
+            raise KeyError("unknown proxy key")
+        cell.close()
+        return cell.usage()
+
+    def usage(self, key: str) -> dict:
+        cell = self._cells.get(key)
+        if cell is None:
+            raise KeyError("unknown proxy key")
+        return cell.usage()
+
+    def close_all(self) -> None:
+        for cell in self._cells.values():
+            cell.close()
+
+
+def _open_append(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -1,0 +1,38 @@
+"""The evaluator backend interface: load a submitted model, generate greedily in batches, fingerprint its weights.
+
+A backend is built once per grading replica and serves many submissions: load -> generate/digest -> unload.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+
+class ModelLoadError(Exception):
+    """The directory is not a loadable causal LM with its tokenizer. `reason` is shown to the agent as is."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class EvaluatorBackend(ABC):
+    def __init__(self, batch_size: int = 32, device: str = "auto", torch_threads: int | None = None):
+        self.batch_size = int(batch_size)
+        self.device = device
+        self.torch_threads = torch_threads
+
+    @abstractmethod
+    def load(self, model_dir) -> Any:
+        """Load model and tokenizer; raise ModelLoadError(reason) when the directory is not usable."""
+
+    @abstractmethod
+    def generate(self, loaded: Any, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
+        """Greedy replies, one per conversation, in order; batching must not change any reply."""
+
+    @abstractmethod
+    def weights_digest(self, loaded: Any) -> str:
+        """sha256 over the weights by parameter name, independent of file layout (sharding, format)."""
+
+    def unload(self, loaded: Any) -> None:
+        """Free what load took (GPU memory above all)."""

@@ -1,0 +1,147 @@
+"""The transformers backend: plain `generate` with left padding, greedy, in length-sorted batches."""
+from __future__ import annotations
+
+import gc
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evaluators.backends.base import EvaluatorBackend, ModelLoadError
+
+MAX_REASON = 600  # characters of an underlying error kept in the reason shown to the agent
+
+
+def _short(e: Exception) -> str:
+    text = f"{type(e).__name__}: {e}".strip()
+    return text if len(text) <= MAX_REASON else text[:MAX_REASON] + "..."
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    model_dir: Path
+    eos_ids: list[int]
+    pad_id: int
+
+
+class TransformersBackend(EvaluatorBackend):
+    def __init__(self, batch_size: int = 32, device: str = "auto", torch_threads: int | None = None):
+        import torch
+
+        super().__init__(batch_size, device, torch_threads)
+        if device == "auto":
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if torch_threads:
+            torch.set_num_threads(int(torch_threads))
+
+    def load(self, model_dir) -> LoadedModel:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        path = Path(model_dir)
+        if not path.is_dir():
+            raise ModelLoadError(f"{path} is not a directory")
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} has no config.json: save the model with model.save_pretrained(dir)")
+        try:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+        except Exception as e:
+            raise ModelLoadError(f"config.json in {path} cannot be read: {_short(e)}") from e
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        except Exception as e:
+            raise ModelLoadError(f"no usable tokenizer in {path} (save it with tokenizer.save_pretrained(dir)): "
+                                 f"{_short(e)}") from e
+        if not getattr(tokenizer, "chat_template", None):
+            raise ModelLoadError(f"the tokenizer in {path} has no chat template; the grader renders prompts with it")
+        try:
+            # fp32 on CPU (bf16 matmuls are slow there); the saved dtype on GPU
+            dtype = torch.float32 if self.device == "cpu" else "auto"
+            model, info = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
+                                                               trust_remote_code=False, output_loading_info=True)
+        except Exception as e:
+            raise ModelLoadError(f"{path} is not a loadable causal LM: {_short(e)}") from e
+        missing = info.get("missing_keys") or []
+        if missing:
+            # transformers would fill these randomly and go on; a grader must not score a half-random model
+            raise ModelLoadError(f"weights missing in {path} for {len(missing)} parameter(s), e.g. "
+                                 f"{sorted(missing)[:3]}")
+        vocab = model.get_input_embeddings().num_embeddings
+        if len(tokenizer) > vocab:
+            raise ModelLoadError(f"the tokenizer has {len(tokenizer)} tokens but the model's embedding only {vocab}")
+        eos_ids = _eos_ids(tokenizer, model)
+        if not eos_ids:
+            raise ModelLoadError(f"neither the tokenizer nor generation_config.json in {path} names an eos token")
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+        model.to(self.device).eval()
+        return LoadedModel(model=model, tokenizer=tokenizer, model_dir=path, eos_ids=eos_ids, pad_id=pad_id)
+
+    def generate(self, loaded: LoadedModel, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
+        import torch
+        from transformers import GenerationConfig
+
+        tok = loaded.tokenizer
+        prompts = [_prompt_ids(tok, conv) for conv in conversations]
+        # Longest first: batches of similar lengths waste little on padding, and an out-of-memory shows up at once.
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        gen_config = GenerationConfig(max_new_tokens=int(max_new_tokens), do_sample=False, num_beams=1,
+                                      eos_token_id=loaded.eos_ids, pad_token_id=loaded.pad_id)
+        replies: list[str] = [""] * len(prompts)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start:start + self.batch_size]
+            width = max(len(prompts[i]) for i in batch)
+            input_ids = torch.full((len(batch), width), loaded.pad_id, dtype=torch.long)
+            attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):  # left padding: every prompt ends where generation starts
+                ids = prompts[i]
+                input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+                attention_mask[row, width - len(ids):] = 1
+            with torch.inference_mode():
+                out = loaded.model.generate(input_ids=input_ids.to(self.device),
+                                            attention_mask=attention_mask.to(self.device),
+                                            generation_config=gen_config)
+            for row, i in enumerate(batch):
+                new = out[row, width:].tolist()
+                for n, token in enumerate(new):  # cut at the first eos (what follows is padding)
+                    if token in loaded.eos_ids:
+                        new = new[:n]
+                        break
+                replies[i] = tok.decode(new, skip_special_tokens=True)
+        return replies
+
+    def weights_digest(self, loaded: LoadedModel) -> str:
+        import torch
+
+        h = hashlib.sha256()
+        state = loaded.model.state_dict()
+        for name in sorted(state):
+            t = state[name].detach().to("cpu").contiguous()
+            h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()
+
+    def unload(self, loaded: LoadedModel) -> None:
+        import torch
+
+        loaded.model = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _prompt_ids(tokenizer, conversation: list[dict]) -> list[int]:
+    # The template already holds the special tokens it wants; tokenising its text adds none (no double BOS).
+    text = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _eos_ids(tokenizer, model) -> list[int]:
+    ids = []
+    gen_eos = getattr(model.generation_config, "eos_token_id", None)
+    for value in (tokenizer.eos_token_id, gen_eos):
+        for i in (value if isinstance(value, list) else [value]):
+            if i is not None and i not in ids:
+                ids.append(int(i))
+    return ids

@@ -1,0 +1,72 @@
+"""The run registry: which run tokens are open, and each run's budget counters.
+
+One Ray actor for the sweep, shared by every grading replica (and the rollout service), so replicas stay
+stateless and submission counting is atomic: an actor runs one method at a time.
+"""
+from __future__ import annotations
+
+import time
+
+import ray
+
+REGISTRY_NAME = "a2rl-run-registry"
+NAMESPACE = "a2rl"  # explicit: Serve replicas live in their own namespace
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class RunRegistry:
+    def __init__(self):
+        self.runs: dict[str, dict] = {}
+
+    def register(self, token: str, run: dict) -> None:
+        self.runs[token] = {**run, "closed": False, "used": 0, "inflight": 0, "best": None, "scores": []}
+
+    def get(self, token: str) -> dict | None:
+        run = self.runs.get(token)
+        return None if run is None or run["closed"] else dict(run)
+
+    def peek(self, token: str) -> dict | None:
+        """Like get, but also for closed runs (the orchestrator's view)."""
+        run = self.runs.get(token)
+        return None if run is None else dict(run)
+
+    def reserve(self, token: str) -> tuple[int | None, str | None]:
+        """Claim the next submission id, or say which budget is spent."""
+        run = self.runs.get(token)
+        if run is None or run["closed"]:
+            return None, "unknown or closed run token"
+        if time.time() >= run["deadline"]:
+            return None, "time budget exhausted"
+        if run["used"] >= run["max_submissions"]:
+            return None, f"submission budget exhausted ({run['max_submissions']} used)"
+        run["used"] += 1
+        run["inflight"] += 1
+        return run["used"], None
+
+    def finish(self, token: str, score: float | None) -> float | None:
+        """Record a finished evaluation; returns the run's best score so far."""
+        run = self.runs[token]
+        run["inflight"] -= 1
+        if score is not None:
+            run["scores"].append(score)
+            run["best"] = score if run["best"] is None else max(run["best"], score)
+        return run["best"]
+
+    def close(self, token: str) -> int:
+        """No new submissions; returns how many are still being evaluated."""
+        run = self.runs.get(token)
+        if run is None:
+            return 0
+        run["closed"] = True
+        return run["inflight"]
+
+    def forget(self, token: str) -> None:
+        self.runs.pop(token, None)
+
+
+def get_or_create_registry():
+    return RunRegistry.options(name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True).remote()
+
+
+def registry():
+    return ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)

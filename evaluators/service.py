@@ -1,0 +1,223 @@
+"""The grading service: one Ray Serve application per task, FastAPI ingress, agent-facing API of DESIGN.md.
+
+  POST /submit {"model_path"}   evaluate a model directory on the hidden eval split (Authorization: Bearer TOKEN)
+  GET  /status                  time, submissions, best so far for the caller's run
+  GET  /health
+
+The orchestrator registers and closes runs through the deployment handle. Run state lives in the shared
+RunRegistry actor, scores in a content-addressed cache on disk, so replicas are interchangeable. Every accepted
+submission is appended (fsync) to the cell's record file before the answer is sent.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from ray import serve
+
+from evaluators.score_cache import ScoreCache, split_key
+from evaluators.submissions import SubmissionError, resolve_model_path
+
+log = logging.getLogger("a2rl.grader")
+api = FastAPI(title="a2rl grading API")
+
+
+def run_token(request: Request) -> str:
+    auth = request.headers.get("authorization", "")
+    token = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-run-token", "")
+    if not token:
+        raise SubmissionError(401, "missing_token", "send your run token: 'Authorization: Bearer $A2RL_RUN_TOKEN'")
+    return token
+
+
+def error_response(e: SubmissionError) -> JSONResponse:
+    return JSONResponse(status_code=e.status, content=e.body())
+
+
+@serve.deployment(max_ongoing_requests=256, health_check_period_s=10)
+@serve.ingress(api)
+class Grader:
+    def __init__(self, task_cfg: dict, cache_dir: str):
+        import torch
+
+        from evaluators.backends import make_backend
+        from evaluators.base_models import resolve_base_model
+        from evaluators.runs import registry
+        from evaluators.tasks.base import load_task
+
+        grader_cfg = task_cfg.get("grader", {})
+        torch.set_num_threads(max(1, int(grader_cfg.get("num_cpus", 1))))
+        self.task_cfg = task_cfg
+        self.task = load_task(task_cfg)
+        self.eval_rows = self.task.eval_rows()
+        self.max_new_tokens = int(grader_cfg.get("max_new_tokens", 64))
+        self.backend = make_backend(grader_cfg)
+        self.registry = registry()
+        self.scores = ScoreCache(Path(cache_dir) / "grading" / task_cfg["name"] / split_key(task_cfg))
+        # Bounded evaluation concurrency per replica; /status and /health never wait on it.
+        self.slots = asyncio.Semaphore(int(grader_cfg.get("max_concurrent", 1)))
+        self.base_dir = resolve_base_model(task_cfg["base_model"], Path(cache_dir) / "models")
+        base = self.backend.load(self.base_dir)
+        try:
+            self.base_digest = self.backend.weights_digest(base)
+            self.baseline = self._score(base, self.base_digest)["score"]  # cached across sweeps
+        finally:
+            self.backend.unload(base)
+        log.info("grader %s ready: baseline %.4f on %d eval items", task_cfg["name"], self.baseline,
+                 len(self.eval_rows))
+
+    # -- orchestrator side (deployment handle) ------------------------------------------------------------------
+    async def register_run(self, token: str, run: dict) -> dict:
+        await self.registry.register.remote(token, run)
+        return {"baseline_score": self.baseline, "base_digest": self.base_digest, "n_eval": len(self.eval_rows)}
+
+    async def close_run(self, token: str, timeout_s: float = 3600) -> int:
+        """Refuse new submissions, then wait for those being evaluated; returns how many were still running."""
+        inflight = await self.registry.close.remote(token)
+        deadline = time.monotonic() + timeout_s
+        while inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            inflight = (await self.registry.peek.remote(token) or {}).get("inflight", 0)
+        return inflight
+
+    # -- agent side (HTTP) --------------------------------------------------------------------------------------
+    @api.get("/health")
+    async def health(self) -> dict:
+        return {"status": "ok", "task": self.task_cfg["name"], "baseline_score": self.baseline}
+
+    @api.get("/status")
+    async def status(self, request: Request):
+        try:
+            run = await self._run(request)
+        except SubmissionError as e:
+            return error_response(e)
+        now = time.time()
+        return {"task": self.task_cfg["name"], "elapsed_s": now - run["started_at"],
+                "remaining_s": max(0.0, run["deadline"] - now), "submissions_used": run["used"],
+                "remaining_submissions": run["max_submissions"] - run["used"], "evaluating": run["inflight"],
+                "best": run["best"], "baseline_score": self.baseline}
+
+    @api.post("/submit")
+    async def submit(self, request: Request):
+        received = time.time()
+        try:
+            token = run_token(request)
+            run = await self._run(request, token)
+            try:
+                body = await request.json()
+            except Exception:
+                raise SubmissionError(400, "bad_request", 'the body must be JSON: {"model_path": "output/<dir>"}')
+            if not isinstance(body, dict):
+                raise SubmissionError(400, "bad_request", 'the body must be a JSON object with "model_path"')
+            model_dir = resolve_model_path(Path(run["workspace"]), body.get("model_path"))
+            if received >= run["deadline"]:
+                raise SubmissionError(409, "budget_exhausted", "time budget exhausted")
+            if run["used"] >= run["max_submissions"]:
+                raise SubmissionError(409, "budget_exhausted",
+                                      f"submission budget exhausted ({run['max_submissions']} used)")
+            async with self.slots:
+                record = await self._grade(token, run, model_dir, body["model_path"], received)
+        except SubmissionError as e:
+            return error_response(e)
+        return record
+
+    # -- internals ----------------------------------------------------------------------------------------------
+    async def _run(self, request: Request, token: str | None = None) -> dict:
+        token = token or run_token(request)
+        run = await self.registry.get.remote(token)
+        if run is None:
+            raise SubmissionError(401, "invalid_token", "unknown or expired run token")
+        return run
+
+    def _load(self, model_dir: Path):
+        from evaluators.backends.base import ModelLoadError
+
+        try:
+            return self.backend.load(model_dir)
+        except ModelLoadError as e:
+            raise SubmissionError(422, "not_a_model", f"could not load {model_dir.name} as a causal LM: {e}")
+
+    def _score(self, loaded, digest: str) -> dict:
+        """Score from the cache, or evaluate and cache it. Greedy decoding makes a digest's score a constant."""
+        cached = self.scores.get(digest)
+        if cached is not None:
+            return {**cached, "cached": True}
+        from evaluators.evaluate import evaluate_loaded
+
+        started = time.time()
+        result = evaluate_loaded(self.task, self.backend, loaded, self.eval_rows, self.max_new_tokens)
+        entry = {"score": result["score"], "n": result["n"], "eval_s": time.time() - started}
+        self.scores.put(digest, entry, details=result["items"])
+        return {**entry, "cached": False}
+
+    async def _grade(self, token: str, run: dict, model_dir: Path, given_path: str, received: float) -> dict:
+        from orchestrator.recording import snapshot_code
+        from orchestrator.records import append_jsonl
+
+        loaded = await asyncio.to_thread(self._load, model_dir)
+        try:
+            submission_id, refused = await self.registry.reserve.remote(token)
+            if submission_id is None:
+                raise SubmissionError(409 if "budget" in refused else 401,
+                                      "budget_exhausted" if "budget" in refused else "invalid_token", refused)
+            flags, error, score, eval_s = [], None, None, 0.0
+            commit = None
+            try:
+                commit = await asyncio.to_thread(snapshot_code, Path(run["workspace"]) / "code",
+                                                 Path(run["code_repo"]), f"submission {submission_id}")
+            except Exception as e:  # a broken snapshot must not cost the agent its submission
+                log.warning("code snapshot failed for %s: %s", run["cell_id"], e)
+            try:
+                digest = await asyncio.to_thread(self.backend.weights_digest, loaded)
+                if digest == self.base_digest:
+                    flags.append("copy_of_base")
+                result = await asyncio.to_thread(self._score, loaded, digest)
+                score, eval_s = result["score"], result["eval_s"]
+                if result["cached"]:
+                    flags.append("cached")
+            except Exception as e:  # a failing evaluation is a result, not a crash of the deployment
+                log.exception("evaluation failed for %s", run["cell_id"])
+                error, digest = f"evaluation failed: {type(e).__name__}: {e}", None
+                flags.append("eval_failed")
+        finally:
+            await asyncio.to_thread(self.backend.unload, loaded)
+        best = await self.registry.finish.remote(token, score)
+        now = time.time()
+        record = {
+            "submission_id": submission_id, "t": now, "received_at": received, "model_path": given_path,
+            "score": score, "baseline_score": self.baseline,
+            "improvement": None if score is None else score - self.baseline, "best": best,
+            "total_submissions": submission_id, "remaining_submissions": run["max_submissions"] - submission_id,
+            "elapsed_s": now - run["started_at"], "eval_s": eval_s, "flags": flags, "error": error,
+            "digest": digest, "code_commit": commit,
+        }
+        append_jsonl(Path(run["records_dir"]) / "submissions.jsonl", record)  # durable before the answer
+        return record
+
+
+def app_name(task_name: str) -> str:
+    return f"grader-{task_name}"
+
+
+def deploy(task_cfg: dict, cache_dir: str, emulated_gpus: bool = False) -> str:
+    """Start (or update) the task's grading application; returns its route prefix.
+
+    The grader reserves its own CPUs/GPUs (never a cell's): on a CPU box with emulated GPUs, its GPU
+    reservation is taken from the same emulated resource the cells use.
+    """
+    grader_cfg = task_cfg.get("grader", {})
+    gpus = grader_cfg.get("num_gpus", 0)
+    options = {"num_cpus": grader_cfg.get("num_cpus", 1)}
+    if gpus and emulated_gpus:
+        options["resources"] = {"emulated_gpu": gpus}
+    elif gpus:
+        options["num_gpus"] = gpus
+    deployment = Grader.options(name=app_name(task_cfg["name"]), num_replicas=grader_cfg.get("num_replicas", 1),
+                                ray_actor_options=options)
+    route = f"/{task_cfg['name']}"
+    serve.run(deployment.bind(task_cfg, cache_dir), name=app_name(task_cfg["name"]), route_prefix=route)
+    return route

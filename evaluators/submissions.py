@@ -1,0 +1,41 @@
+"""Checking what an agent submits before anything is loaded: the path must stay inside its workspace."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class SubmissionError(Exception):
+    """A bad submission: HTTP status, machine-readable code, and a message the agent can act on."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+    def body(self) -> dict:
+        return {"error": self.message, "code": self.code}
+
+
+def resolve_model_path(workspace: Path, model_path) -> Path:
+    """The submitted directory, resolved; 400 if it is outside the workspace or reaches out through a symlink."""
+    if not isinstance(model_path, str) or not model_path.strip():
+        raise SubmissionError(400, "bad_request", 'send JSON {"model_path": "output/<dir>"} with a non-empty string')
+    workspace = workspace.resolve()
+    given = Path(model_path)
+    if ".." in given.parts:
+        raise SubmissionError(400, "path_outside_workspace", f"model_path {model_path!r} must not contain '..'")
+    candidate = given if given.is_absolute() else workspace / given
+    real = candidate.resolve()
+    if real != workspace and workspace not in real.parents:
+        raise SubmissionError(400, "path_outside_workspace",
+                              f"model_path {model_path!r} resolves to {real}, outside your workspace {workspace} "
+                              "(through a symlink?); save the model under output/")
+    if not real.is_dir():
+        raise SubmissionError(400, "not_found", f"model_path {model_path!r} is not a directory in your workspace")
+    for path in real.rglob("*"):
+        if path.is_symlink():
+            target = path.resolve()
+            if target != workspace and workspace not in target.parents:
+                raise SubmissionError(400, "path_outside_workspace",
+                                      f"{path.relative_to(workspace)} is a symlink to {target}, outside your "
+                                      "workspace; submit real files")
+    return real

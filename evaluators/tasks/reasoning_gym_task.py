@@ -1,0 +1,143 @@
+"""Level-1 tasks from the `reasoning-gym` generators, graded by the final number of the reply.
+
+reasoning-gym item i of a dataset with seed S is drawn from Random(S + i), so train and eval come from disjoint
+seed ranges; any eval question that also occurs in train is dropped as well (small generators repeat questions).
+"""
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal, InvalidOperation
+from functools import cached_property
+
+from evaluators.tasks.base import Task
+
+# A number: optional minus (not a hyphen between two numbers), thousands groups with commas, decimals.
+NUMBER = re.compile(r"(?<![\d.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+# Eval questions are drawn from at most this many seeds per requested item (duplicates are skipped).
+EVAL_DRAWS_PER_ITEM = 10
+
+
+def final_number(text: str) -> Decimal | None:
+    """The last number in the text: "1,234", "-5", "2.50" and "is 7." read as 1234, -5, 2.5 and 7."""
+    matches = NUMBER.findall(text or "")
+    if not matches:
+        return None
+    try:
+        return Decimal(matches[-1].replace(",", ""))
+    except InvalidOperation:
+        return None
+
+
+def numeric_score(completion: str, answer: str) -> float:
+    """1.0 when the reply's final number equals the answer's value, else 0.0.
+
+    Non-numeric answers fall back to an exact match of the stripped reply."""
+    try:
+        expected = Decimal(str(answer).strip().replace(",", ""))
+    except InvalidOperation:
+        return float(completion.strip() == str(answer).strip())
+    got = final_number(completion)
+    return float(got is not None and got == expected)
+
+
+class ReasoningGymTask(Task):
+    def __init__(self, name: str, dataset: str, train_size: int, eval_size: int, train_seed: int = 0,
+                 eval_seed: int = 1_000_000, dataset_config: dict | None = None, level: int = 1,
+                 prompt_template: str = "{question}", completion: str = "answer_cot", description: str = ""):
+        """completion: "answer_cot" trains on the generator's worked solution where it has one (it ends with the
+        answer), "answer" on the bare answer. prompt_template formats the generator's question into the prompt."""
+        super().__init__(name, level)
+        self.dataset = dataset
+        self.dataset_config = dict(dataset_config or {})
+        self.train_size, self.eval_size = int(train_size), int(eval_size)
+        self.train_seed, self.eval_seed = int(train_seed), int(eval_seed)
+        self.prompt_template = prompt_template
+        self.completion = completion
+        self.description = description
+        if completion not in ("answer", "answer_cot"):
+            raise ValueError(f"task {name}: completion={completion!r} must be 'answer' or 'answer_cot'")
+        train_range = range(self.train_seed, self.train_seed + self.train_size)
+        eval_range = range(self.eval_seed, self.eval_seed + self.eval_size * EVAL_DRAWS_PER_ITEM)
+        if train_range.start < eval_range.stop and eval_range.start < train_range.stop:
+            raise ValueError(
+                f"task {name}: train seeds {train_range.start}..{train_range.stop - 1} and eval seeds "
+                f"{eval_range.start}..{eval_range.stop - 1} overlap (item i uses seed+i); move eval_seed to "
+                f">= {train_range.stop} or far below train_seed")
+
+    def _generate(self, seed: int, size: int) -> list[dict]:
+        import reasoning_gym
+
+        return list(reasoning_gym.create_dataset(self.dataset, size=size, seed=seed, **self.dataset_config))
+
+    def _row(self, split: str, index: int, item: dict) -> dict:
+        return {"id": f"{self.name}-{split}-{index}", "prompt": self.prompt_template.format(question=item["question"]),
+                "answer": str(item["answer"])}
+
+    @cached_property
+    def _train(self) -> list[dict]:
+        rows = []
+        for i, item in enumerate(self._generate(self.train_seed, self.train_size)):
+            row = self._row("train", i, item)
+            cot = (item.get("metadata") or {}).get("answer_cot") if self.completion == "answer_cot" else None
+            row["completion"] = cot or row["answer"]
+            rows.append(row)
+        return rows
+
+    @cached_property
+    def _eval(self) -> list[dict]:
+        seen = {row["prompt"] for row in self._train}
+        rows = []
+        for item in self._generate(self.eval_seed, self.eval_size * EVAL_DRAWS_PER_ITEM):
+            row = self._row("eval", len(rows), item)
+            if row["prompt"] in seen:
+                continue
+            seen.add(row["prompt"])
+            rows.append(row)
+            if len(rows) == self.eval_size:
+                return rows
+        raise ValueError(f"task {self.name}: {self.dataset} with {self.dataset_config} yields only {len(rows)} eval "
+                         f"questions that are not in train; ask for fewer than {self.eval_size} or widen the config")
+
+    def train_rows(self) -> list[dict]:
+        return [dict(row) for row in self._train]
+
+    def eval_rows(self) -> list[dict]:
+        return [dict(row) for row in self._eval]
+
+    def score(self, completion: str, row: dict) -> float:
+        return numeric_score(completion, row["answer"])
+
+    def instructions(self) -> str:
+        example = self._train[0]
+        max_new = self.grader.get("max_new_tokens")
+        budget = f"at most {max_new} new tokens" if max_new else "a limited number of new tokens"
+        return f"""{self.description.strip() or f"Questions from the reasoning-gym generator `{self.dataset}`."}
+
+## Data
+
+`data/train.jsonl` holds {len(self._train)} training examples, one JSON object a line:
+
+- `id`: the example's id
+- `prompt`: the question, exactly as the grader will send it
+- `answer`: the correct final answer (a number)
+- `completion`: a reply that earns full marks (a worked solution ending with the answer, or the bare answer)
+
+Example:
+
+```json
+{json.dumps(example, ensure_ascii=False)}
+```
+
+The hidden eval split has {self.eval_size} different questions from the same generator.
+
+## How the grader asks and scores
+
+For each eval question the grader renders one chat message `{{"role": "user", "content": prompt}}` with the
+submitted model's own chat template (`apply_chat_template(..., add_generation_prompt=True)`), decodes greedily with
+{budget}, and stops at the tokenizer's end-of-sequence token. Your submission therefore needs a tokenizer with a chat
+template and a correct `eos_token`.
+
+The reply scores 1 when its **last number** equals the answer (`1,234`, `-5` and `2.50` are read as numbers; text
+around it does not matter), else 0. The score of a submission is the mean over the eval split.
+"""

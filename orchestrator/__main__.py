@@ -1,0 +1,64 @@
+"""`python -m orchestrator [overrides]` runs a sweep; `python -m orchestrator report output_dir=DIR` analyses it."""
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from orchestrator.specs import ConfigError
+from orchestrator.sweep import CONF_DIR, GROUPS, known
+
+
+def check_group_overrides(argv: list[str]) -> None:
+    """One clear line for an unknown group option, before Hydra's multi-line error."""
+    for arg in argv:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        if sep and key in GROUPS and value not in ("null", "") and not (CONF_DIR / key / f"{value}.yaml").exists():
+            raise ConfigError(f"unknown {key} {value!r}; known {key}s: {', '.join(known(key))}")
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def sweep_main(cfg: DictConfig) -> None:
+    from orchestrator.runner import run_sweep
+
+    try:
+        run_sweep(cfg)
+    except ConfigError as e:
+        print(f"a2rl: config error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def report_main(cfg: DictConfig) -> None:
+    from orchestrator.analysis.report import build_report
+    from orchestrator.callbacks import wandb_mode
+    from orchestrator.specs import to_plain
+
+    filters = {k: v for k, v in (to_plain(cfg.filter) or {}).items() if v is not None}
+    wandb_cfg = None
+    if cfg.logger.kind == "wandb":
+        wandb_cfg = {"project": cfg.logger.project, "entity": cfg.logger.get("entity"),
+                     "mode": wandb_mode(cfg.logger.mode)}
+    try:
+        path = build_report(cfg.output_dir, filters=filters, wandb_cfg=wandb_cfg)
+    except FileNotFoundError as e:
+        print(f"a2rl: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(f"[a2rl] report written to {path}")
+
+
+def main() -> None:
+    report = len(sys.argv) > 1 and sys.argv[1] == "report"
+    if report:
+        del sys.argv[1]
+    try:
+        check_group_overrides(sys.argv[1:])
+    except ConfigError as e:
+        print(f"a2rl: config error: {e}", file=sys.stderr)
+        sys.exit(2)
+    (report_main if report else sweep_main)()
+
+
+if __name__ == "__main__":
+    main()

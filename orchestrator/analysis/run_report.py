@@ -1,0 +1,275 @@
+"""One cell's run report: what the agent did, how its score moved, why it ended; markdown and JSON.
+
+Everything is derived from the records (the cell's ledger row, its events, its code snapshots and agent
+output), so the same records always give the same report; no LLM is involved. Written beside the ledger as
+cells/<cell_id>/report.md and report.json.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator.analysis import tables
+from orchestrator.analysis.markdown import fmt, md_table
+from orchestrator.recording import diff_summary
+
+# Below this an improvement is float noise, not progress.
+EPS = 1e-12
+STDERR_TAIL_LINES = 20
+
+FAILURE_CLASSES = {
+    "in_progress": "the cell has not finished",
+    "infra_error": "the system failed (retries exhausted); not the agent's fault",
+    "timeout_no_submission": "a budget limit ended the run before any submission",
+    "code_error": "no valid submission: the agent crashed, or every submission failed to load or evaluate",
+    "no_submission": "the agent exited on its own without submitting",
+    "copy_model_fallback": "the best submission is a copy of the base model",
+    "training_diverged": "every valid submission scored below the baseline",
+    "budget_exhausted": "a budget limit ended the run before any improvement",
+    "no_improvement": "valid submissions, none better than the baseline",
+}
+
+
+def final_attempt(cell: dict, events: list[dict]) -> int | None:
+    attempts = [e["attempt"] for e in events]
+    if cell.get("attempts") and cell["attempts"] in attempts:
+        return int(cell["attempts"])
+    return max(attempts) if attempts else (cell.get("attempts") or None)
+
+
+def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) -> dict:
+    """The report of one cell. cell: its ledger row; events: its ledger events (payload as dicts, any
+    attempt; only the final attempt counts); cell_dir: cells/<cell_id>/ for code snapshots and agent output."""
+    attempt = final_attempt(cell, events)
+    events = sorted((e for e in events if e["attempt"] == attempt), key=lambda e: e["t"])
+    payloads = {kind: [e for e in events if e["kind"] == kind] for kind in ("submission", "driver_usage", "outcome",
+                                                                             "agent_exit")}
+    spec = json.loads(cell["spec"]) if isinstance(cell.get("spec"), str) else (cell.get("spec") or {})
+    budget = spec.get("budget", {})
+
+    trajectory, best, best_sub, first_valid, first_improvement, prev_score, rises, steps = [], None, None, None, None, \
+        None, 0, 0
+    for e in payloads["submission"]:
+        p = e["payload"]
+        valid = p.get("score") is not None and p.get("error") is None
+        improvement = p.get("improvement")
+        if improvement is None and valid and p.get("baseline_score") is not None:
+            improvement = p["score"] - p["baseline_score"]
+        if valid:
+            first_valid = first_valid or {"index": p.get("submission_id"), "t": e["t"]}
+        if valid and improvement is not None:
+            if best is None or improvement > best + EPS:
+                best, best_sub = improvement, {"index": p.get("submission_id"), "t": e["t"],
+                                               "code_commit": p.get("code_commit"),
+                                               "flags": list(p.get("flags") or [])}
+            if improvement > EPS and first_improvement is None:
+                first_improvement = {"index": p.get("submission_id"), "t": e["t"]}
+            if prev_score is not None:
+                steps += 1
+                rises += p["score"] >= prev_score - EPS
+            prev_score = p["score"]
+        trajectory.append({"index": p.get("submission_id"), "t": e["t"], "score": p.get("score"),
+                           "improvement": improvement, "best_so_far": best, "flags": list(p.get("flags") or []),
+                           "error": p.get("error"), "code_commit": p.get("code_commit"), "valid": valid})
+
+    outcome = payloads["outcome"][-1]["payload"] if payloads["outcome"] else {}
+    exit_code = outcome.get("exit_code")
+    if exit_code is None and payloads["agent_exit"]:
+        exit_code = payloads["agent_exit"][-1]["payload"].get("exit_code")
+    elapsed = _elapsed(cell, outcome, events)
+    n_subs, n_valid = len(trajectory), sum(s["valid"] for s in trajectory)
+    tokens = sum((u["payload"].get("input_tokens") or 0) + (u["payload"].get("output_tokens") or 0)
+                 for u in payloads["driver_usage"])
+    cost = sum(u["payload"].get("cost_usd") or 0 for u in payloads["driver_usage"])
+    metered = bool(payloads["driver_usage"])
+    best_is_copy = best_sub is not None and "copy_of_base" in best_sub["flags"]
+
+    report = {
+        "cell_id": cell["cell_id"],
+        "sweep": cell.get("sweep"), "task": cell.get("task"), "agent": cell.get("agent"),
+        "driver": cell.get("driver"), "seed": cell.get("seed"), "attempt": attempt,
+        "status": cell.get("status"), "limit_hit": cell.get("limit_hit") or outcome.get("limit_hit"),
+        "exit_code": exit_code, "error": cell.get("error") or outcome.get("error"),
+        "baseline_score": _first_not_none(cell.get("baseline_score"), outcome.get("baseline_score"),
+                                          *[e["payload"].get("baseline_score") for e in payloads["submission"]]),
+        "best_score": _first_not_none(cell.get("best_score"), outcome.get("best_score")),
+        "best_improvement": best,
+        "n_submissions": n_subs, "n_valid": n_valid,
+        "valid_submission_rate": n_valid / n_subs if n_subs else None,
+        "first_valid_submission": first_valid,
+        "time_to_first_improvement_s": first_improvement["t"] if first_improvement else None,
+        "first_improvement_index": first_improvement["index"] if first_improvement else None,
+        "best_submission": best_sub,
+        "time_to_best_s": best_sub["t"] if best_sub else None,
+        # Share of consecutive valid submissions that did not score lower than the one before.
+        "monotonic_ratio": rises / steps if steps else None,
+        "copy_of_base_count": sum("copy_of_base" in s["flags"] for s in trajectory),
+        "cached_count": sum("cached" in s["flags"] for s in trajectory),
+        "elapsed_s": elapsed,
+        "gap_after_last_submission_s": (elapsed - trajectory[-1]["t"]) if elapsed is not None and trajectory
+        else elapsed,
+        "tokens": tokens if metered else None, "cost_usd": cost if metered else None,
+        "budget": budget,
+        "budget_used": _budget_used(budget, elapsed, n_subs, tokens if metered else None, cost if metered else None),
+        "trajectory": trajectory,
+    }
+    report["outcome_class"] = classify(report, best_is_copy)
+    report["failure_class"] = None if report["outcome_class"] == "improved" else report["outcome_class"]
+    report["code_diff"] = _code_diff(cell_dir, trajectory, best_sub)
+    report["stderr_tail"] = (_tail(cell_dir / f"attempt-{attempt}" / "agent.stderr")
+                             if cell_dir is not None and report["failure_class"] else None)
+    return report
+
+
+def classify(report: dict, best_is_copy: bool = False) -> str:
+    """"improved", or the main reason the cell did not improve (FAILURE_CLASSES), first match wins."""
+    status, n_subs, best = report["status"], report["n_submissions"], report["best_improvement"]
+    limit_ended = bool(report["limit_hit"]) or status == "budget_exhausted"
+    crashed = status == "agent_error" or (report["exit_code"] not in (None, 0) and not limit_ended)
+    if status in tables.MISSING_STATUSES:
+        return "in_progress"
+    if status == "infra_error":
+        return "infra_error"
+    if best is not None and best > EPS and not best_is_copy:
+        return "improved"
+    if n_subs == 0:
+        return "timeout_no_submission" if limit_ended else ("code_error" if crashed else "no_submission")
+    if report["n_valid"] == 0:
+        return "code_error"
+    if best_is_copy:
+        return "copy_model_fallback"
+    if best < -EPS:
+        return "training_diverged"
+    return "budget_exhausted" if limit_ended else "no_improvement"
+
+
+def _elapsed(cell: dict, outcome: dict, events: list[dict]) -> float | None:
+    if outcome.get("elapsed_s") is not None:
+        return float(outcome["elapsed_s"])
+    if cell.get("started_at") is not None and cell.get("ended_at") is not None:
+        return float(cell["ended_at"] - cell["started_at"])
+    return max((e["t"] for e in events), default=None)
+
+
+def _budget_used(budget: dict, elapsed, n_subs, tokens, cost) -> dict:
+    def share(used, limit):
+        return used / limit if used is not None and limit else None
+    return {"wall_time": share(elapsed, budget.get("wall_time_s")),
+            "submissions": share(n_subs, budget.get("max_submissions")),
+            "tokens": share(tokens, budget.get("max_tokens")),
+            "cost": share(cost, budget.get("max_cost_usd"))}
+
+
+def _first_not_none(*values):
+    return next((v for v in values if v is not None), None)
+
+
+def _code_diff(cell_dir: Path | None, trajectory: list[dict], best_sub: dict | None) -> dict | None:
+    """The code change from the first submission to the best one (git diff --stat of their snapshots)."""
+    if cell_dir is None or best_sub is None or not trajectory:
+        return None
+    repo, first, to = cell_dir / "code.git", trajectory[0]["code_commit"], best_sub["code_commit"]
+    if not repo.exists() or not first or not to:
+        return None
+    try:
+        diff = diff_summary(repo, first, to)
+    except RuntimeError as e:  # a snapshot that never made it into the repository
+        return {"error": str(e).splitlines()[0]}
+    diff["from_index"], diff["to_index"] = trajectory[0]["index"], best_sub["index"]
+    return diff
+
+
+def _tail(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - 64 * 1024))  # agent output can be huge; the end says why it ended
+        lines = f.read().decode(errors="replace").splitlines()
+    return "\n".join(lines[-STDERR_TAIL_LINES:]) or None
+
+
+# -- rendering ---------------------------------------------------------------------------------------------------
+
+def render_markdown(r: dict) -> str:
+    used = r["budget_used"]
+    first = r["first_valid_submission"]
+    lines = [
+        f"# Cell {r['cell_id']}: {r['agent']} / {r['driver']} on {r['task']}, seed {r['seed']}",
+        "",
+        f"**Outcome: {r['outcome_class']}**"
+        + (f" ({FAILURE_CLASSES[r['failure_class']]})" if r["failure_class"] else "")
+        + f". Status {r['status']}, attempt {r['attempt']}, limit hit: {r['limit_hit'] or 'none'}, "
+          f"exit code: {fmt(r['exit_code'])}.",
+        "",
+        f"- Baseline {fmt(r['baseline_score'])}, best {fmt(r['best_score'])}, "
+        f"best improvement {fmt(r['best_improvement'], signed=True)}",
+        f"- Submissions: {r['n_submissions']} ({r['n_valid']} valid, rate {fmt(r['valid_submission_rate'])}), "
+        f"copies of the base: {r['copy_of_base_count']}, cached: {r['cached_count']}",
+        f"- First valid submission: " + (f"#{first['index']} at {fmt(first['t'], 1)} s" if first else "none"),
+        f"- Time to first improvement: {fmt(r['time_to_first_improvement_s'], 1)} s; time to best: "
+        f"{fmt(r['time_to_best_s'], 1)} s; monotonic ratio: {fmt(r['monotonic_ratio'])}",
+        f"- Elapsed {fmt(r['elapsed_s'], 1)} s; idle after the last submission: "
+        f"{fmt(r['gap_after_last_submission_s'], 1)} s",
+        "- Budget used: " + ", ".join(f"{k} {fmt(v * 100, 0)}%" for k, v in used.items() if v is not None)
+        + (f"; tokens {r['tokens']}, cost ${r['cost_usd']:.4f}" if r["tokens"] is not None else ""),
+    ]
+    if r["error"]:
+        lines.append(f"- Error: `{_one_line(r['error'])}`")
+    lines += ["", "## Score trajectory", ""]
+    if r["trajectory"]:
+        lines.append(md_table(
+            ["#", "t (s)", "score", "improvement", "best so far", "flags", "commit", "error"],
+            [[s["index"], fmt(s["t"], 1), fmt(s["score"]), fmt(s["improvement"], signed=True),
+              fmt(s["best_so_far"], signed=True), ", ".join(s["flags"]), (s["code_commit"] or "")[:10],
+              _one_line(s["error"] or "")[:80]] for s in r["trajectory"]]))
+    else:
+        lines.append("No submissions.")
+    diff = r["code_diff"]
+    lines += ["", "## Code: first submission to best", ""]
+    if diff is None:
+        lines.append("No code snapshots to compare.")
+    elif "error" in diff:
+        lines.append(f"Snapshots could not be compared: {diff['error']}")
+    else:
+        lines.append(f"Submission #{diff['from_index']} to #{diff['to_index']}: {diff['files_changed']} files "
+                     f"changed, +{diff['insertions']} -{diff['deletions']}.")
+        if diff["stat"]:
+            lines += ["", "```", diff["stat"], "```"]
+    if r["stderr_tail"]:
+        lines += ["", f"## Last lines of agent.stderr (attempt {r['attempt']})", "", "```", r["stderr_tail"], "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def write_cell_report(output_dir: str | Path, cell: dict, events: list[dict]) -> dict:
+    """Write cells/<cell_id>/report.md and report.json; returns the report."""
+    cell_dir = Path(output_dir) / "cells" / cell["cell_id"]
+    report = cell_report(cell, events, cell_dir)
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    (cell_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
+    (cell_dir / "report.md").write_text(render_markdown(report))
+    return report
+
+
+def write_cell_reports(output_dir: str | Path, cell_ids: list[str] | None = None) -> dict[str, dict]:
+    """Reports of the given cells (default: every cell that has started), read from the ledger."""
+    cells, events = tables.read_ledger(output_dir)
+    if cell_ids is not None:
+        cells = cells[cells["cell_id"].isin(cell_ids)]
+    else:
+        cells = cells[cells["status"] != "pending"]
+    by_cell = {c: [] for c in cells["cell_id"]}
+    for e in events.itertuples(index=False):
+        if e.cell_id in by_cell:
+            by_cell[e.cell_id].append({"attempt": e.attempt, "t": e.t, "kind": e.kind,
+                                       "payload": json.loads(e.payload)})
+    return {row["cell_id"]: write_cell_report(output_dir, _plain(row), by_cell[row["cell_id"]])
+            for row in cells.to_dict("records")}
+
+
+def _plain(row: dict) -> dict:
+    """NaN from pandas back to None, as the ledger row has it."""
+    return {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}

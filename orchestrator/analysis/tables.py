@@ -1,0 +1,154 @@
+"""The ledger as two pandas frames, cells and events: the frames the analyses take and the Parquet exports hold.
+
+Reading goes through plain sqlite (never the Ledger class) so a report can run beside a sweep that is still
+writing: WAL mode lets a reader see the last committed state without blocking the writer.
+
+Conventions every analysis shares (said once here, repeated in the report):
+- Only a cell's final attempt counts: earlier attempts ended in infra errors and were retried.
+- A finished cell's result is the improvement of its best valid submission over the baseline; a cell without
+  a valid submission scores 0 (the base model stands, nothing was gained).
+- Infra errors are the system's fault, so results are given both counting them as failures (0) and
+  excluding them.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.specs import ConfigError
+
+FINISHED_STATUSES = ("completed", "budget_exhausted", "agent_error", "infra_error")
+MISSING_STATUSES = ("pending", "running")
+GROUP = ["task", "agent", "driver"]
+FILTER_KEYS = ("task", "agent", "driver", "sweep", "seed")
+INFRA_POLICIES = ("failure", "exclude")
+
+CELL_COLUMNS = ["cell_id", "sweep", "agent", "driver", "task", "seed", "status", "attempts", "baseline_score",
+                "best_score", "improvement", "n_submissions", "limit_hit", "started_at", "ended_at", "error", "spec"]
+BUDGET_KEYS = ("wall_time_s", "max_submissions", "max_tokens", "max_cost_usd", "cpus", "gpus")
+SUBMISSION_KEYS = ("submission_id", "score", "baseline_score", "improvement", "best", "error", "elapsed_s",
+                   "code_commit")
+USAGE_KEYS = ("input_tokens", "output_tokens", "cached_tokens", "cost_usd")
+
+
+def ledger_path(output_dir: str | Path) -> Path:
+    path = Path(output_dir) / "ledger.sqlite"
+    if not path.exists():
+        raise ConfigError(f"no ledger at {path}; output_dir={output_dir!s} must be the directory a sweep wrote "
+                          f"(it holds ledger.sqlite and cells/)")
+    return path
+
+
+def read_ledger(output_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cells, events) with the raw columns of the ledger's tables; payload and spec stay JSON strings."""
+    db = sqlite3.connect(ledger_path(output_dir), timeout=30)
+    try:
+        cells = pd.read_sql_query("SELECT * FROM cells ORDER BY task, agent, driver, seed, cell_id", db)
+        events = pd.read_sql_query("SELECT cell_id, attempt, t, kind, payload FROM events "
+                                   "ORDER BY cell_id, attempt, t, id", db)
+    finally:
+        db.close()
+    return cells, events
+
+
+def load(output_dir: str | Path, filters: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The export-ready frames: cells (with budget columns) and events (flattened, with cell labels)."""
+    cells, events = read_ledger(output_dir)
+    cells = filter_cells(cells, filters)
+    return cells_frame(cells), events_frame(cells, events[events["cell_id"].isin(cells["cell_id"])])
+
+
+def filter_cells(cells: pd.DataFrame, filters: dict | None) -> pd.DataFrame:
+    """Keep cells matching every filter (task, agent, driver, sweep, seed: one value or a list)."""
+    for key, wanted in (filters or {}).items():
+        if wanted is None:
+            continue
+        if key not in FILTER_KEYS:
+            raise ConfigError(f"unknown report filter {key!r}; filter by one of {', '.join(FILTER_KEYS)}")
+        wanted = list(wanted) if isinstance(wanted, (list, tuple, set)) else [wanted]
+        column = cells[key] if key != "seed" else cells[key].astype(int)
+        wanted = [int(w) for w in wanted] if key == "seed" else [str(w) for w in wanted]
+        unknown = sorted(set(wanted) - set(column), key=str)
+        if unknown:
+            known = sorted(set(column), key=str)
+            raise ConfigError(f"report filter {key}={unknown} matches no cell in the ledger; known {key}s: {known}")
+        cells = cells[column.isin(wanted)]
+    return cells.reset_index(drop=True)
+
+
+def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
+    out = cells[[c for c in CELL_COLUMNS if c in cells.columns]].copy()
+    budgets = [json.loads(s).get("budget", {}) if isinstance(s, str) else {} for s in out["spec"]]
+    for key in BUDGET_KEYS:
+        out[f"budget_{key}"] = pd.array([b.get(key) for b in budgets], dtype="Float64").astype(float)
+    out["seed"] = out["seed"].astype(int)
+    for col in ("baseline_score", "best_score", "improvement", "started_at", "ended_at"):
+        out[col] = out[col].astype(float)
+    return out.reset_index(drop=True)
+
+
+def events_frame(cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """Events with the cell's labels, a final_attempt flag and the common payload fields as columns."""
+    out = events.copy()
+    payloads = [json.loads(p) if isinstance(p, str) else (p or {}) for p in out["payload"]]
+    out["payload"] = [json.dumps(p, sort_keys=True) for p in payloads]
+    labels = cells.set_index("cell_id")[["sweep", "task", "agent", "driver", "seed", "attempts"]]
+    out = out.join(labels, on="cell_id")
+    # The final attempt is the cell's recorded attempt count, or the last attempt that left events.
+    last_seen = out.groupby("cell_id")["attempt"].transform("max") if len(out) else out["attempt"]
+    final = out["attempts"].where(out["attempts"].fillna(0) > 0, last_seen)
+    out["final_attempt"] = out["attempt"] == final
+    out = out.drop(columns="attempts")
+    sub = out["kind"] == "submission"
+    for key in SUBMISSION_KEYS:
+        out[key] = [p.get(key) if s else None for p, s in zip(payloads, sub)]
+    out["flags"] = [",".join(p.get("flags") or []) if s else None for p, s in zip(payloads, sub)]
+    usage = out["kind"] == "driver_usage"
+    for key in USAGE_KEYS:
+        out[key] = [p.get(key) if u else None for p, u in zip(payloads, usage)]
+    for col in ("score", "baseline_score", "improvement", "best", "elapsed_s") + USAGE_KEYS:
+        out[col] = pd.to_numeric(out[col], errors="coerce").astype(float)
+    out["submission_id"] = pd.to_numeric(out["submission_id"], errors="coerce").astype("Int64")
+    out["seed"] = out["seed"].astype("Int64")
+    out["error"] = out["error"].astype(object)
+    return out.reset_index(drop=True)
+
+
+def submissions(events: pd.DataFrame) -> pd.DataFrame:
+    """Submission events of final attempts, in order, with valid = scored without error."""
+    subs = events[(events["kind"] == "submission") & events["final_attempt"]].copy()
+    subs["valid"] = subs["score"].notna() & subs["error"].isna()
+    return subs.sort_values(["cell_id", "t", "submission_id"]).reset_index(drop=True)
+
+
+def usage(events: pd.DataFrame) -> pd.DataFrame:
+    """Driver usage events of final attempts, with tokens = input + output tokens."""
+    use = events[(events["kind"] == "driver_usage") & events["final_attempt"]].copy()
+    use["tokens"] = use["input_tokens"].fillna(0) + use["output_tokens"].fillna(0)
+    return use.sort_values(["cell_id", "t"]).reset_index(drop=True)
+
+
+def results(cells: pd.DataFrame, infra_errors: str = "failure") -> pd.DataFrame:
+    """Finished cells with value = the cell's result under an infra-error policy.
+
+    infra_errors="failure": an infra error scores 0 like a failed run; "exclude": infra errors are dropped.
+    """
+    if infra_errors not in INFRA_POLICIES:
+        raise ConfigError(f"infra_errors={infra_errors!r}; use one of {INFRA_POLICIES}")
+    done = cells[cells["status"].isin(FINISHED_STATUSES)].copy()
+    infra = done["status"] == "infra_error"
+    done["value"] = np.where(infra, 0.0, done["improvement"].fillna(0.0).astype(float))
+    if infra_errors == "exclude":
+        done = done[~infra]
+    return done.reset_index(drop=True)
+
+
+def progress(cells: pd.DataFrame) -> dict:
+    """Counts by status, and how many cells are not finished yet."""
+    counts = {s: int((cells["status"] == s).sum()) for s in MISSING_STATUSES + FINISHED_STATUSES}
+    return {"total": int(len(cells)), "finished": sum(counts[s] for s in FINISHED_STATUSES),
+            "missing": sum(counts[s] for s in MISSING_STATUSES), "by_status": counts}

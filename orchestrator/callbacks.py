@@ -1,0 +1,144 @@
+"""Tune callbacks on the orchestrator side: the ledger (the only writer) with a live progress line, and W&B."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from ray import tune
+
+from orchestrator.ledger import INFRA_ERROR, Ledger
+from orchestrator.records import status_event
+from orchestrator.specs import CellSpec
+
+
+def cell_of(trial) -> CellSpec:
+    return CellSpec.from_dict(trial.config["cell"])
+
+
+def label(cell: CellSpec) -> str:
+    driver = "" if cell.driver.name == "none" else f"/{cell.driver.name}"
+    return f"{cell.agent.name}{driver}/{cell.task_name}/seed{cell.seed}"
+
+
+def trial_error_text(trial) -> str:
+    path = getattr(trial, "error_file", None)
+    if path and Path(path).exists():
+        text = Path(path).read_text(errors="replace").strip().splitlines()
+        return " | ".join(text[-3:])[-1000:]
+    return str(getattr(trial, "error_msg", None) or "trial failed")
+
+
+class LedgerCallback(tune.Callback):
+    def __init__(self, ledger: Ledger, cell_ids: list[str], stream=None):
+        self.ledger, self.cell_ids, self.stream = ledger, cell_ids, stream or sys.stdout
+        self.last_line = ""
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        cell_id, attempt = result["cell_id"], int(result["attempt"])
+        if "started_at" in result:
+            self.ledger.mark_running(cell_id, attempt, float(result["started_at"]))
+            self.progress(f"started {label(cell_of(trial))} (attempt {attempt})")
+        events = json.loads(result.get("events") or "[]")
+        if events:
+            self.ledger.add_events(cell_id, attempt, events)
+        if "n_submissions" in result:
+            self.ledger.update_scores(cell_id, result.get("baseline_score"), result.get("best_score"),
+                                      int(result["n_submissions"]))
+        for e in events:
+            if e["kind"] == "submission":
+                p = e["payload"]
+                score = "error" if p.get("score") is None else f"{p['score']:.3f}"
+                flags = f" [{', '.join(p['flags'])}]" if p.get("flags") else ""
+                self.progress(f"{label(cell_of(trial))} submission {p['submission_id']}: score {score}{flags}")
+        if "done_outcome" in result:
+            outcome = json.loads(result["done_outcome"])
+            self.ledger.finish(cell_id, outcome["status"], outcome["ended_at"], outcome.get("error"),
+                               outcome.get("limit_hit"))
+            limit = f" ({outcome['limit_hit']})" if outcome.get("limit_hit") else ""
+            self.progress(f"finished {label(cell_of(trial))}: {outcome['status']}{limit}")
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        cell = cell_of(trial)
+        row = self.ledger.cells([cell.cell_id]).get(cell.cell_id) or {}
+        attempt = max(1, row.get("attempts") or 1)
+        error = trial_error_text(trial)
+        self.ledger.add_events(cell.cell_id, attempt, [status_event(cell.cell_id, attempt, time.time() - (
+            row.get("started_at") or time.time()), "retrying", error=error)])
+        self.progress(f"infra error in {label(cell)}, retrying: {error[:200]}")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        cell = cell_of(trial)
+        error = trial_error_text(trial)
+        self.ledger.finish(cell.cell_id, INFRA_ERROR, time.time(), error=error)
+        self.progress(f"finished {label(cell)}: infra_error: {error[:300]}")
+
+    def progress(self, what: str) -> None:
+        c = self.ledger.summary_counts(self.cell_ids)
+        done = len(self.cell_ids) - c["pending"] - c["running"]
+        line = (f"[a2rl {time.strftime('%H:%M:%S')}] {done}/{len(self.cell_ids)} done · {c['running']} running · "
+                f"{c['pending']} pending | {what}")
+        print(line, file=self.stream, flush=True)
+
+
+class WandbCallback(tune.Callback):
+    """One W&B run per cell: group = sweep, tags = agent/driver/task/seed, config = the cell spec."""
+
+    def __init__(self, project: str, entity: str | None, mode: str, root: Path):
+        self.project, self.entity, self.mode, self.root = project, entity, mode, root
+        self.runs = {}
+
+    def _run(self, trial):
+        import wandb
+
+        cell = cell_of(trial)
+        if cell.cell_id not in self.runs:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.runs[cell.cell_id] = wandb.init(
+                project=self.project, entity=self.entity, mode=self.mode, dir=str(self.root),
+                group=cell.sweep or None, name=f"{label(cell)}-{cell.cell_id[:6]}", id=f"{cell.cell_id}-{int(time.time())}",
+                tags=[f"agent:{cell.agent.name}", f"driver:{cell.driver.name}", f"task:{cell.task_name}",
+                      f"seed:{cell.seed}"],
+                config={**cell.to_dict(), "cell_id": cell.cell_id}, reinit="create_new", settings=wandb.Settings(
+                    silent=True, console="off", x_disable_stats=True))
+        return self.runs[cell.cell_id]
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        events = json.loads(result.get("events") or "[]")
+        subs = [e for e in events if e["kind"] == "submission"]
+        if not subs and "done_outcome" not in result:
+            return
+        run = self._run(trial)
+        for e in subs:
+            p = e["payload"]
+            metrics = {"submission/score": p.get("score"), "submission/best": p.get("best"),
+                     "submission/improvement": p.get("improvement"),
+                     "submission/best_improvement": None if p.get("best") is None or p.get("baseline_score") is None
+                     else p["best"] - p["baseline_score"],
+                     "submission/index": p["submission_id"], "elapsed_s": e["t"],
+                       "submission/copy_of_base": int("copy_of_base" in (p.get("flags") or []))}
+            run.log({k: v for k, v in metrics.items() if v is not None})
+        if "done_outcome" in result:
+            outcome = json.loads(result["done_outcome"])
+            run.summary.update({k: v for k, v in outcome.items() if k != "workspace"})
+            run.finish()
+            self.runs.pop(cell_of(trial).cell_id, None)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        run = self.runs.pop(cell_of(trial).cell_id, None)
+        if run is not None:
+            run.summary["status"] = INFRA_ERROR
+            run.finish(exit_code=1)
+
+    def on_experiment_end(self, trials, **info):
+        for run in self.runs.values():
+            run.finish()
+        self.runs.clear()
+
+
+def wandb_mode(configured: str | None) -> str:
+    if configured:
+        return configured
+    return os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")

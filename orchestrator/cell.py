@@ -1,0 +1,129 @@
+"""One cell, as a Ray Tune function trainable: workspace, run registration, sandboxed agent, budget, outcome.
+
+Everything the cell learns is reported to Tune (a Tune callback in the orchestrator writes the ledger) and is in
+durable record files first. An agent that crashes is a result (agent_error); only infrastructure failures raise,
+which is what Tune's retry (FailureConfig) retries.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+from pathlib import Path
+
+from ray import serve, tune
+
+from orchestrator import sandbox
+from orchestrator.layout import Layout
+from orchestrator.ledger import AGENT_ERROR, BUDGET_EXHAUSTED, COMPLETED
+from orchestrator.records import (ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, JsonlTail, driver_event,
+                                  outcome_event, status_event, submission_event, write_json_durably)
+from orchestrator.specs import CellSpec
+from orchestrator.workspace import agent_env, materialise
+
+POLL_S = 0.5
+
+
+def agent_argv(cell: CellSpec, workspace: Path) -> tuple[list[str], Path | None]:
+    """The agent's command line and, for a built-in agent, the script to copy into code/."""
+    if cell.agent.kind == "builtin":
+        from agents.builtin import script_path
+
+        script = script_path(cell.agent.script)
+        return [sys.executable, f"code/{script.name}"], script
+    return ["/bin/bash", "-c", cell.agent.command], None
+
+
+def run_cell(config: dict) -> None:
+    cell = CellSpec.from_dict(config["cell"])
+    layout = Layout.from_dict(config["layout"])
+    opts = config["opts"]
+    attempt = layout.new_attempt(cell.cell_id)
+    adir = layout.attempt_dir(cell.cell_id, attempt)
+    started = time.time()
+    write_json_durably(adir / ATTEMPT, {"started_at": started, "attempt": attempt})
+    tune.report({"cell_id": cell.cell_id, "attempt": attempt, "started_at": started,
+                 "events": json.dumps([status_event(cell.cell_id, attempt, 0.0, "running")])})
+
+    from evaluators.base_models import resolve_base_model
+    from evaluators.service import app_name
+    from evaluators.tasks.base import load_task
+
+    task = load_task(cell.task)
+    base_model = resolve_base_model(cell.task["base_model"], layout.models_cache)
+    grader = serve.get_app_handle(app_name(cell.task_name))
+    token = secrets.token_urlsafe(24)
+    deadline = started + cell.budget.wall_time_s
+    workspace = layout.workspace(cell.cell_id, attempt)
+    argv, script = agent_argv(cell, workspace)
+    run_info = {"grading_url": f"{opts['grading_url']}/{cell.task_name}", "run_token": token,
+                "started_at": started, "deadline": deadline}
+    materialise(workspace, cell, task_text=task.instructions(), train_rows=task.train_rows(),
+                base_model_dir=base_model, run_info=run_info, agent_script=script)
+    registered = grader.register_run.remote(token, {
+        "cell_id": cell.cell_id, "workspace": str(workspace), "records_dir": str(adir),
+        "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": started, "deadline": deadline,
+        "max_submissions": cell.budget.max_submissions}).result()
+
+    env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
+    proc = sandbox.start(argv, workspace, env, adir / "agent.stdout", adir / "agent.stderr",
+                         sandboxed=opts["sandboxed"], hidden=[Path(p) for p in opts["hidden"]],
+                         readonly=[Path(p) for p in opts["readonly"]])
+    subs, calls = JsonlTail(adir / SUBMISSIONS), JsonlTail(adir / DRIVER_CALLS)
+    state = {"best": None, "n": 0, "driver_calls": 0}
+    limit, exit_code = None, None
+
+    def report_new(extra_events=()) -> None:
+        events = list(extra_events)
+        for rec in subs.read_new():
+            state["n"] += 1
+            if rec.get("score") is not None:
+                state["best"] = rec["score"] if state["best"] is None else max(state["best"], rec["score"])
+            events.append(submission_event(cell.cell_id, attempt, started, rec))
+        for rec in calls.read_new():
+            events.append(driver_event(cell.cell_id, attempt, started, rec, state["driver_calls"]))
+            state["driver_calls"] += 1
+        if events:
+            tune.report({"cell_id": cell.cell_id, "attempt": attempt, "events": json.dumps(events),
+                         "baseline_score": registered["baseline_score"], "best_score": state["best"],
+                         "n_submissions": state["n"]})
+
+    try:
+        while True:
+            report_new()
+            exit_code = proc.poll()
+            if exit_code is not None:
+                break
+            if time.time() >= deadline:
+                limit = "wall_time"
+                break
+            if state["n"] >= cell.budget.max_submissions:
+                limit = "submissions"
+                break
+            time.sleep(POLL_S)
+    finally:
+        proc.kill_group(opts["kill_grace_s"])  # also when the agent exited: its children may live on
+        still_running = grader.close_run.remote(token).result()
+    report_new()
+    if limit is None and state["n"] >= cell.budget.max_submissions:
+        limit = "submissions"  # the agent used its last submission and stopped: the budget ended it
+
+    if limit is not None:
+        status = BUDGET_EXHAUSTED
+    else:
+        status = COMPLETED if exit_code == 0 else AGENT_ERROR
+    error = None
+    if status == AGENT_ERROR:
+        tail = (adir / "agent.stderr").read_text(errors="replace")[-2000:] if (adir / "agent.stderr").exists() else ""
+        error = f"agent exited with code {exit_code}: {tail.strip()[-500:]}"
+    ended = time.time()
+    outcome = {"status": status, "limit_hit": limit, "exit_code": exit_code, "error": error,
+               "best_score": state["best"], "baseline_score": registered["baseline_score"],
+               "n_submissions": state["n"], "started_at": started, "ended_at": ended, "elapsed_s": ended - started,
+               "workspace": str(workspace), "evaluations_unfinished": still_running}
+    write_json_durably(adir / OUTCOME, outcome)
+    tune.report({"cell_id": cell.cell_id, "attempt": attempt, "done_outcome": json.dumps(outcome),
+                 "events": json.dumps([outcome_event(cell.cell_id, attempt, outcome)]),
+                 "baseline_score": registered["baseline_score"], "best_score": state["best"],
+                 "n_submissions": state["n"]})

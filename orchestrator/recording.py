@@ -1,0 +1,181 @@
+"""Runtime recording: snapshot a workspace's code/ into a git repository the agent cannot reach.
+
+At every submission the grader calls snapshot_code(); the commit id goes into the submission's event, so a
+report can later say what code produced which score. The repository (cells/<cell_id>/code.git) is bare and
+lives outside the workspace; git runs with GIT_DIR/GIT_WORK_TREE and a temporary index, so nothing is ever
+written inside code/ and nothing the agent wrote there (its own .git, hooks, config) is consulted.
+
+Snapshots must stay small: model weights and files over a size limit are left out (listed in the commit
+message instead), symlinks are recorded as links and never followed, and special files (fifos, sockets) are
+skipped because reading them could block.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MAX_FILE_BYTES = 1 << 20
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".onnx", ".npy", ".npz")
+# Directories never worth recording: another repository's objects, byte-code caches.
+SKIP_DIRS = (".git", "__pycache__")
+BRANCH = "refs/heads/main"
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+# Ignore the user's and the system's git configuration (hooks, templates, signing, autocrlf) so a snapshot
+# is the same on every machine, and give commits a fixed identity.
+_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_AUTHOR_NAME": "a2rl", "GIT_AUTHOR_EMAIL": "a2rl@localhost",
+    "GIT_COMMITTER_NAME": "a2rl", "GIT_COMMITTER_EMAIL": "a2rl@localhost",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+def _git(args: list[str], repo_dir: Path, input: bytes | None = None, **env: str) -> str:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    full_env.update(_GIT_ENV, GIT_DIR=str(repo_dir), **env)
+    done = subprocess.run(["git", *args], input=input, env=full_env, capture_output=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed in {repo_dir}: {done.stderr.decode(errors='replace')}")
+    return done.stdout.decode(errors="replace").strip()
+
+
+def _select(code_dir: Path, max_file_bytes: int) -> tuple[list[str], list[str]]:
+    """(paths to record, paths skipped with why), relative to code_dir, without following symlinks."""
+    keep, skipped = [], []
+    for root, dirs, files in os.walk(code_dir, followlinks=False):
+        rel_root = os.path.relpath(root, code_dir)
+        # A symlink to a directory appears in dirs; os.walk does not descend into it, so record it as a link.
+        for name in list(dirs):
+            if name in SKIP_DIRS:
+                dirs.remove(name)
+            elif os.path.islink(os.path.join(root, name)):
+                files.append(name)
+        for name in files:
+            rel = os.path.normpath(os.path.join(rel_root, name))
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue  # vanished while walking: the agent is still writing
+            if stat.S_ISLNK(st.st_mode):
+                keep.append(rel)
+            elif not stat.S_ISREG(st.st_mode):
+                skipped.append(f"{rel} (not a regular file)")
+            elif name.lower().endswith(WEIGHT_SUFFIXES):
+                skipped.append(f"{rel} (model weights, {st.st_size} bytes)")
+            elif st.st_size > max_file_bytes:
+                skipped.append(f"{rel} ({st.st_size} bytes > {max_file_bytes})")
+            elif not os.access(os.path.join(root, name), os.R_OK):
+                skipped.append(f"{rel} (unreadable)")
+            else:
+                keep.append(rel)
+    return sorted(keep), sorted(skipped)
+
+
+def _commit_message(message: str, skipped: list[str]) -> str:
+    if not skipped:
+        return message + "\n"
+    shown = skipped[:50] + ([f"... and {len(skipped) - 50} more"] if len(skipped) > 50 else [])
+    return message + "\n\nNot recorded:\n" + "\n".join(f"  {s}" for s in shown) + "\n"
+
+
+def snapshot_code(code_dir: Path, repo_dir: Path, message: str, max_file_bytes: int = MAX_FILE_BYTES) -> str | None:
+    """Commit the current contents of code_dir to the bare repository repo_dir (created on first use).
+
+    Returns the commit sha, or None when git failed (recording must never fail a submission; the failure is
+    logged). A missing or empty code_dir still commits an empty tree, so every submission has a commit.
+    """
+    code_dir, repo_dir = Path(code_dir), Path(repo_dir)
+    try:
+        repo_dir.mkdir(parents=True, exist_ok=True)
+        # One snapshot at a time per repository; different cells use different repositories and never wait.
+        with open(repo_dir / "a2rl-snapshot.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (repo_dir / "HEAD").exists():
+                _git(["init", "--quiet", "--bare", "--initial-branch=main"], repo_dir)
+            return _snapshot_locked(code_dir, repo_dir, message, max_file_bytes)
+    except Exception as e:  # recording must never fail a submission
+        log.warning("code snapshot of %s into %s failed: %s", code_dir, repo_dir, e)
+        return None
+
+
+def _snapshot_locked(code_dir: Path, repo_dir: Path, message: str, max_file_bytes: int) -> str:
+    for attempt in range(3):
+        try:
+            tree, skipped = _write_tree(code_dir, repo_dir, max_file_bytes)
+            break
+        except RuntimeError:
+            # The agent may delete a file between the walk and git reading it; walk again.
+            if attempt == 2:
+                raise
+    parent = _head(repo_dir)
+    args = ["commit-tree", tree] + (["-p", parent] if parent else [])
+    sha = _git(args, repo_dir, input=_commit_message(message, skipped).encode(errors="backslashreplace"))
+    _git(["update-ref", BRANCH, sha] + ([parent] if parent else []), repo_dir)
+    return sha
+
+
+def _write_tree(code_dir: Path, repo_dir: Path, max_file_bytes: int) -> tuple[str, list[str]]:
+    keep, skipped = _select(code_dir, max_file_bytes) if code_dir.is_dir() else ([], [])
+    if not keep:
+        _git(["hash-object", "-w", "-t", "tree", "--stdin"], repo_dir, input=b"")  # store the empty tree
+        return EMPTY_TREE, skipped
+    with tempfile.TemporaryDirectory(prefix="a2rl-index-") as tmp:
+        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index"), "GIT_WORK_TREE": str(code_dir)}
+        # update-index hashes each listed path from the work tree (lstat: links stay links) into GIT_DIR.
+        _git(["update-index", "--add", "-z", "--stdin"], repo_dir,
+             input=b"".join(os.fsencode(p) + b"\0" for p in keep), **env)
+        return _git(["write-tree"], repo_dir, **env), skipped
+
+
+def _head(repo_dir: Path) -> str | None:
+    try:
+        return _git(["rev-parse", "-q", "--verify", BRANCH], repo_dir) or None
+    except RuntimeError:
+        return None
+
+
+def history(repo_dir: Path) -> list[dict]:
+    """Commits oldest first: {sha, message (first line)}."""
+    repo_dir = Path(repo_dir)
+    if not (repo_dir / "HEAD").exists() or _head(repo_dir) is None:
+        return []
+    out = _git(["log", "--reverse", "--format=%H %s", BRANCH], repo_dir)
+    return [dict(zip(("sha", "message"), line.split(" ", 1) + [""])) for line in out.splitlines() if line]
+
+
+def diff_summary(repo_dir: Path, from_sha: str | None, to_sha: str) -> dict:
+    """What changed between two snapshots: {files_changed, insertions, deletions, files, stat}.
+
+    from_sha None compares against the empty tree (everything is new). Binary files count as changed with
+    no line counts.
+    """
+    repo_dir = Path(repo_dir)
+    base = from_sha or EMPTY_TREE
+    files = []
+    numstat = _git(["diff", "--numstat", "-z", "--no-renames", base, to_sha], repo_dir)
+    for record in numstat.split("\0"):
+        if not record.strip():
+            continue
+        added, deleted, path = record.split("\t", 2)
+        files.append({"path": path,
+                      "insertions": None if added == "-" else int(added),
+                      "deletions": None if deleted == "-" else int(deleted)})
+    stat_lines = _git(["diff", "--stat=100", "--no-renames", base, to_sha], repo_dir).splitlines()
+    stat_text = "\n".join(line.strip() for line in stat_lines)
+    return {
+        "from": from_sha, "to": to_sha,
+        "files_changed": len(files),
+        "insertions": sum(f["insertions"] or 0 for f in files),
+        "deletions": sum(f["deletions"] or 0 for f in files),
+        "files": files,
+        "stat": stat_text,
+    }

@@ -1,0 +1,191 @@
+"""Run a sweep: expand, reconcile the ledger, start Ray and the graders, one Tune trial per pending cell."""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from orchestrator import sandbox
+from orchestrator.layout import Layout
+from orchestrator.ledger import ERRORED, FINISHED, PENDING, RUNNING, Ledger
+from orchestrator.records import reconcile
+from orchestrator.specs import CellSpec
+from orchestrator.sweep import check_cluster, expand
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+EMULATED_GPU = "emulated_gpu"
+
+
+@dataclass
+class Plan:
+    cells: list[CellSpec]
+    to_run: list[CellSpec]
+    status: dict[str, str]          # cell_id -> status before this run (new cells: "new")
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.status.values():
+            out[s] = out.get(s, 0) + 1
+        return out
+
+
+def make_plan(cells: list[CellSpec], rows: dict[str, dict], rerun_errored: bool) -> Plan:
+    status, to_run = {}, []
+    for cell in cells:
+        s = rows.get(cell.cell_id, {}).get("status", "new")
+        status[cell.cell_id] = s
+        if s in ("new", PENDING, RUNNING) or (rerun_errored and s in ERRORED):
+            to_run.append(cell)
+    return Plan(cells=cells, to_run=to_run, status=status)
+
+
+def resources_of(cell: CellSpec, emulated_gpus: bool) -> dict:
+    res = {"CPU": cell.budget.cpus}
+    if cell.budget.gpus:
+        res[EMULATED_GPU if emulated_gpus else "GPU"] = cell.budget.gpus
+    if cell.budget.memory_gb:
+        res["memory"] = cell.budget.memory_gb * 1024 ** 3
+    return res
+
+
+def print_plan(plan: Plan, emulated: bool, out=sys.stdout) -> None:
+    print(f"{'cell':<14}{'agent':<14}{'driver':<14}{'task':<16}{'seed':>5}  {'state':<18}reservation", file=out)
+    for cell in plan.cells:
+        s = plan.status[cell.cell_id]
+        state = ("run" if cell in plan.to_run else "skip") + f" ({s})"
+        res = ", ".join(f"{k}={v:g}" for k, v in resources_of(cell, emulated).items())
+        print(f"{cell.cell_id:<14}{cell.agent.name:<14}{cell.driver.name:<14}{cell.task_name:<16}{cell.seed:>5}  "
+              f"{state:<18}{res}, {cell.budget.wall_time_s:g}s", file=out)
+    gpu_h = sum(c.budget.gpu_hours for c in plan.to_run)
+    cpu_h = sum(c.budget.cpus * c.budget.wall_time_s / 3600 for c in plan.to_run)
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(plan.counts().items()))
+    print(f"\n{len(plan.cells)} cells ({counts}); {len(plan.to_run)} to run; "
+          f"budgets imply at most {gpu_h:.1f} GPU-hours and {cpu_h:.1f} CPU-hours", file=out)
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def start_ray(cluster: DictConfig) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local loopback cluster needs no token auth
+    if cluster.mode == "local":
+        resources = {EMULATED_GPU: float(cluster.emulated_gpus)} if cluster.emulated_gpus else None
+        ray.init(num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
+                 _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
+                 configure_logging=True, logging_level="WARNING")
+    else:
+        ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level="WARNING")
+
+
+def sandbox_opts(cfg: DictConfig, layout: Layout, sandboxed: bool) -> dict:
+    hidden = [PROJECT_ROOT, Path("/tmp"), Path.home(), *layout.hidden_from_agents()]
+    readonly = [*sandbox.python_paths(), layout.models_cache]
+    return {"sandboxed": sandboxed, "hidden": [str(p) for p in hidden], "readonly": [str(p) for p in readonly],
+            "kill_grace_s": float(cfg.sandbox.kill_grace_s)}
+
+
+def start_graders(cfg: DictConfig, tasks: list[dict], emulated: bool) -> str:
+    from ray import serve
+
+    from evaluators.runs import get_or_create_registry
+    from evaluators.service import deploy
+
+    get_or_create_registry()
+    port = cfg.grading.port or free_port(cfg.grading.host)
+    serve.start(http_options={"host": cfg.grading.host, "port": port}, logging_config={"log_level": "WARNING"})
+    for task in tasks:
+        deploy(task, str(Path(cfg.cache_dir).expanduser()), emulated_gpus=emulated)
+    return f"http://{cfg.grading.host}:{port}"
+
+
+def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
+    check_cluster(cfg)
+    cells = expand(cfg)
+    layout = Layout.make(cfg.output_dir, cfg.cache_dir, cfg.cluster.get("workspace_root"))
+    emulated = bool(cfg.cluster.emulated_gpus)
+    if cfg.dry_run:  # read-only: a dry run never creates or changes a ledger
+        rows = Ledger(layout.ledger).cells() if layout.ledger.exists() else {}
+        plan = make_plan(cells, rows, cfg.rerun_errored)
+        print_plan(plan, emulated, out)
+        return plan
+
+    sandboxed = sandbox.check_available(bool(cfg.sandbox.required))
+    if not sandboxed:
+        print("[a2rl] WARNING: bubblewrap missing and sandbox.required=false: agents run UNSANDBOXED", file=out)
+    ledger = Ledger(layout.ledger)
+    ledger.add_cells(cells)
+    fixed = reconcile(ledger, layout)
+    if fixed["events_added"] or fixed["adopted"] or fixed["requeued"]:
+        print(f"[a2rl] resumed: {fixed['events_added']} recorded events restored, {fixed['adopted']} finished cells "
+              f"adopted, {fixed['requeued']} interrupted cells to run again", file=out)
+    plan = make_plan(cells, ledger.cells(), cfg.rerun_errored)
+    print(f"[a2rl] sweep {cfg.sweep.name}: {len(cells)} cells, {len(plan.to_run)} to run -> {layout.output_dir}",
+          file=out)
+    if plan.to_run:
+        ledger.set_pending([c.cell_id for c in plan.to_run])
+        run_trials(cfg, layout, ledger, plan, sandboxed, emulated, out)
+    from orchestrator.summary import print_summary
+
+    print_summary(ledger, [c.cell_id for c in cells], out)
+    ledger.close()
+    return plan
+
+
+def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool, emulated: bool, out) -> None:
+    import ray
+    from ray import serve, tune
+
+    from orchestrator.callbacks import LedgerCallback, WandbCallback, label, wandb_mode
+    from orchestrator.cell import run_cell
+
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # the ledger and W&B are our loggers
+    os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        start_ray(cfg.cluster)
+    tasks = list({c.task_name: c.task for c in plan.to_run}.values())
+    try:
+        url = start_graders(cfg, tasks, emulated)
+        callbacks = [LedgerCallback(ledger, [c.cell_id for c in plan.to_run], stream=out)]
+        if cfg.logger.kind == "wandb":
+            callbacks.append(WandbCallback(cfg.logger.project, cfg.logger.get("entity"), wandb_mode(cfg.logger.mode),
+                                           layout.output_dir))
+        opts = {**sandbox_opts(cfg, layout, sandboxed), "grading_url": url}
+        trainable = tune.with_resources(
+            run_cell, lambda config: tune.PlacementGroupFactory(
+                [resources_of(CellSpec.from_dict(config["cell"]), emulated)]))
+        max_concurrent = cfg.cluster.max_concurrent_cells or None
+        tuner = tune.Tuner(
+            trainable,
+            param_space={"cell": tune.grid_search([c.to_dict() for c in plan.to_run]), "layout": layout.to_dict(),
+                         "opts": opts},
+            tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, reuse_actors=False,
+                                        trial_name_creator=lambda t: label(CellSpec.from_dict(t.config["cell"])),
+                                        trial_dirname_creator=lambda t: CellSpec.from_dict(t.config["cell"]).cell_id),
+            run_config=tune.RunConfig(name=f"{cfg.sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+                                      storage_path=str(layout.output_dir / "tune"), verbose=0,
+                                      failure_config=tune.FailureConfig(max_failures=int(cfg.cluster.max_retries)),
+                                      callbacks=callbacks),
+        )
+        tuner.fit()
+    finally:
+        from evaluators.service import app_name
+
+        for task in tasks:
+            try:
+                serve.delete(app_name(task["name"]))
+            except Exception:
+                pass
+        if started_ray and cfg.cluster.mode == "local":
+            serve.shutdown()
+            ray.shutdown()

@@ -1,0 +1,60 @@
+"""The table printed at the end of a sweep: per task x agent x driver, the improvement over the base model."""
+from __future__ import annotations
+
+import sys
+
+from orchestrator.analysis.stats import mean_se
+from orchestrator.ledger import Ledger
+
+
+def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
+    groups: dict[tuple, list[dict]] = {}
+    for row in ledger.cells(cell_ids).values():
+        groups.setdefault((row["task"], row["agent"], row["driver"]), []).append(row)
+    copies: dict[str, int] = {}
+    wanted = set(cell_ids)
+    for e in ledger.events(kind="submission"):
+        if e["cell_id"] in wanted and "copy_of_base" in (e["payload"].get("flags") or []):
+            copies[e["cell_id"]] = copies.get(e["cell_id"], 0) + 1
+    out = []
+    for (task, agent, driver), rows in sorted(groups.items()):
+        scored = [r for r in rows if r["improvement"] is not None]
+        mean, se = mean_se([r["improvement"] for r in scored]) if scored else (None, None)
+        statuses: dict[str, int] = {}
+        for r in rows:
+            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        baselines = [r["baseline_score"] for r in rows if r["baseline_score"] is not None]
+        bests = [r["best_score"] for r in scored]
+        flags = []
+        n_copy = sum(copies.get(r["cell_id"], 0) for r in rows)
+        if n_copy:
+            flags.append(f"copy_of_base x{n_copy}")
+        if len(scored) < len(rows):
+            flags.append(f"{len(rows) - len(scored)} without a valid submission")
+        out.append({"task": task, "agent": agent, "driver": driver, "cells": len(rows), "statuses": statuses,
+                    "baseline": baselines[0] if baselines else None,
+                    "best_mean": sum(bests) / len(bests) if bests else None,
+                    "improvement_mean": mean, "improvement_se": se, "n_scored": len(scored), "flags": flags})
+    return out
+
+
+def _f(x, signed=False) -> str:
+    if x is None or x != x:
+        return "-"
+    return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+
+def print_summary(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> list[dict]:
+    rows = summary_rows(ledger, cell_ids)
+    header = f"{'task':<16}{'agent':<12}{'driver':<12}{'cells':>6}  {'baseline':>8}  {'best':>7}  {'improvement (mean ± SEM)':<26}flags"
+    print("\n" + header, file=out)
+    print("-" * len(header), file=out)
+    for r in rows:
+        imp = "-" if r["improvement_mean"] is None else \
+            f"{_f(r['improvement_mean'], True)} ± {_f(r['improvement_se'])} (n={r['n_scored']})"
+        status = ", ".join(f"{n} {s}" for s, n in sorted(r["statuses"].items()))
+        flags = "; ".join(r["flags"] + [status])
+        print(f"{r['task']:<16}{r['agent']:<12}{r['driver']:<12}{r['cells']:>6}  {_f(r['baseline']):>8}  "
+              f"{_f(r['best_mean']):>7}  {imp:<26}{flags}", file=out)
+    return rows
+

@@ -1,0 +1,122 @@
+"""Materialise one cell's workspace: what an agent may see, and nothing else.
+
+  instructions.md   the task and the rules: budget, grading API, layout
+  run.json          endpoints, token, budget, deadline, agent knobs (machine-readable)
+  data/train.jsonl  the task's visible train split (the eval split never enters a workspace)
+  model/            the base model: a link to the read-only model cache, never a copy
+  code/             the agent's code (snapshotted at each submission); built-in agents start with their script
+  output/           where models to submit go
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from orchestrator.specs import CellSpec
+
+API_TEXT = """
+## How you are graded
+
+Submit a model directory (transformers format: weights, config, tokenizer) saved under `output/`:
+
+    curl -s -X POST "$GRADING_SERVER_URL/submit" -H "Authorization: Bearer $A2RL_RUN_TOKEN" \\
+         -H 'Content-Type: application/json' -d '{{"model_path": "output/my_model"}}'
+
+The answer (JSON) has `score`, `baseline_score` (the base model's), `improvement`, `best`,
+`remaining_submissions`, `elapsed_s` and `flags`. `GET $GRADING_SERVER_URL/status` (same header) shows time,
+submissions and best so far. The score is computed on a hidden eval split you cannot see.
+
+## Your budget
+
+- wall time: {wall_time_s:.0f} s (deadline in run.json; everything you started is stopped then)
+- submissions: {max_submissions}
+{extra_limits}
+## Rules
+
+- Work only inside this folder. The base model in `model/` is read-only; write models to `output/`.
+- A submission identical to the base model is scored but flagged `copy_of_base`.
+- Your code in `code/` is recorded at every submission.
+"""
+
+
+def instructions(cell: CellSpec, task_text: str) -> str:
+    b = cell.budget
+    extra = ""
+    if b.max_tokens:
+        extra += f"- driver tokens: {b.max_tokens}\n"
+    if b.max_cost_usd:
+        extra += f"- driver cost: ${b.max_cost_usd:.2f}\n"
+    api = API_TEXT.format(wall_time_s=b.wall_time_s, max_submissions=b.max_submissions, extra_limits=extra)
+    return f"# Task: {cell.task_name}\n\n{task_text.strip()}\n{api}"
+
+
+def materialise(workspace: Path, cell: CellSpec, *, task_text: str, train_rows: list[dict], base_model_dir: Path,
+                run_info: dict, agent_script: Path | None = None) -> Path:
+    if workspace.exists():  # a half-made workspace from a crashed attempt is never reused
+        shutil.rmtree(workspace)
+    (workspace / "data").mkdir(parents=True)
+    (workspace / "code").mkdir()
+    (workspace / "output").mkdir()
+    (workspace / "instructions.md").write_text(instructions(cell, task_text))
+    with open(workspace / "data" / "train.jsonl", "w") as f:
+        for row in train_rows:
+            f.write(json.dumps(row) + "\n")
+    os.symlink(base_model_dir, workspace / "model", target_is_directory=True)
+    if agent_script is not None:
+        shutil.copy2(agent_script, workspace / "code" / agent_script.name)
+    run = {
+        "cell_id": cell.cell_id,
+        "task": cell.task_name,
+        "agent": cell.agent.name,
+        "driver": cell.driver.name,
+        "seed": cell.seed,
+        "model_path": "model",
+        "train_data": "data/train.jsonl",
+        "output_dir": "output",
+        "code_dir": "code",
+        "wall_time_s": cell.budget.wall_time_s,
+        "max_submissions": cell.budget.max_submissions,
+        "max_tokens": cell.budget.max_tokens,
+        "max_cost_usd": cell.budget.max_cost_usd,
+        "agent_args": cell.agent.args,
+        **run_info,
+    }
+    (workspace / "run.json").write_text(json.dumps(run, indent=2))
+    return workspace
+
+
+def agent_env(workspace: Path, run: dict, cpus: float, inherit: dict | None = None) -> dict:
+    """A clean environment: nothing of the orchestrator's leaks in (no keys, no Ray or W&B variables)."""
+    inherit = inherit if inherit is not None else os.environ
+    home = workspace / ".home"
+    home.mkdir(exist_ok=True)
+    threads = str(max(1, int(cpus)))
+    env = {
+        "PATH": inherit.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONNOUSERSITE": "1",
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HOME": str(home / "hf"),
+        "HF_HUB_OFFLINE": inherit.get("HF_HUB_OFFLINE", "0"),
+        "WANDB_MODE": "disabled",
+        "TASK": run["task"],
+        "WORKSPACE": str(workspace),
+        "BASE_MODEL": str(workspace / run["model_path"]),
+        "MODEL_PATH": str(workspace / run["model_path"]),
+        "DATA_PATH": str(workspace / "data"),
+        "OUTPUT_DIR": str(workspace / run["output_dir"]),
+        "GRADING_SERVER_URL": run["grading_url"],
+        "A2RL_RUN_TOKEN": run["run_token"],
+        "A2RL_CELL_ID": run["cell_id"],
+        "A2RL_DEADLINE": str(run["deadline"]),
+    }
+    if "CUDA_VISIBLE_DEVICES" in inherit:  # set by Ray for the trial's GPU reservation
+        env["CUDA_VISIBLE_DEVICES"] = inherit["CUDA_VISIBLE_DEVICES"]
+    return env
