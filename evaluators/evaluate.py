@@ -14,19 +14,25 @@ def evaluate(task: Task, backend: EvaluatorBackend, model_dir, rows: list[dict] 
     """{score, n, items: [{id, completion, score}], digest, load_s, generate_s}. Raises ModelLoadError.
 
     rows default to the task's hidden eval split; max_new_tokens to the task's grader setting."""
-    rows = task.eval_rows() if rows is None else rows
-    max_new_tokens = max_new_tokens or task.grader.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS
     t0 = time.monotonic()
     loaded = backend.load(model_dir)
     try:
         t1 = time.monotonic()
         digest = backend.weights_digest(loaded)
-        completions = backend.generate(loaded, [task.messages(row) for row in rows], max_new_tokens)
+        result = evaluate_loaded(task, backend, loaded, rows, max_new_tokens)
         t2 = time.monotonic()
     finally:
         backend.unload(loaded)
+    return {**result, "digest": digest, "load_s": round(t1 - t0, 3), "generate_s": round(t2 - t1, 3)}
+
+
+def evaluate_loaded(task: Task, backend: EvaluatorBackend, loaded, rows: list[dict] | None = None,
+                    max_new_tokens: int | None = None) -> dict:
+    """Score an already loaded model: {score, n, items}. The grading service loads once to fingerprint too."""
+    rows = task.eval_rows() if rows is None else rows
+    max_new_tokens = max_new_tokens or task.grader.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS
+    completions = backend.generate(loaded, [task.messages(row) for row in rows], max_new_tokens)
     items = [{"id": row["id"], "completion": completion, "score": float(task.score(completion, row))}
              for row, completion in zip(rows, completions)]
     score = sum(item["score"] for item in items) / len(items) if items else 0.0
-    return {"score": score, "n": len(items), "items": items, "digest": digest,
-            "load_s": round(t1 - t0, 3), "generate_s": round(t2 - t1, 3)}
+    return {"score": score, "n": len(items), "items": items}

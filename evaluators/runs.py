@@ -64,8 +64,14 @@ class RunRegistry:
         self.runs.pop(token, None)
 
 
+_owned = []  # the creator keeps a handle: a non-detached actor lives as long as its owner holds one
+
+
 def get_or_create_registry():
-    return RunRegistry.options(name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True).remote()
+    handle = RunRegistry.options(name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True).remote()
+    ray.get(handle.__ray_ready__.remote())
+    _owned.append(handle)  # never drop the first (owning) handle, or the actor dies with it
+    return handle
 
 
 def registry():

@@ -34,7 +34,13 @@ def trial_error_text(trial) -> str:
 class LedgerCallback(tune.Callback):
     def __init__(self, ledger: Ledger, cell_ids: list[str], stream=None):
         self.ledger, self.cell_ids, self.stream = ledger, cell_ids, stream or sys.stdout
-        self.last_line = ""
+
+    def __getstate__(self):  # Tune pickles callbacks with the experiment state; a terminal stream is not picklable
+        return {**self.__dict__, "stream": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.stream = self.stream or sys.stdout
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         cell_id, attempt = result["cell_id"], int(result["attempt"])
@@ -89,6 +95,9 @@ class WandbCallback(tune.Callback):
     def __init__(self, project: str, entity: str | None, mode: str, root: Path):
         self.project, self.entity, self.mode, self.root = project, entity, mode, root
         self.runs = {}
+
+    def __getstate__(self):
+        return {**self.__dict__, "runs": {}}
 
     def _run(self, trial):
         import wandb

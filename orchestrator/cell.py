@@ -25,14 +25,15 @@ from orchestrator.workspace import agent_env, materialise
 POLL_S = 0.5
 
 
-def agent_argv(cell: CellSpec, workspace: Path) -> tuple[list[str], Path | None]:
-    """The agent's command line and, for a built-in agent, the script to copy into code/."""
+def agent_argv(cell: CellSpec) -> tuple[list[str], list[Path]]:
+    """The agent's command line and the files to copy into its code/ (a built-in agent's script, your files)."""
+    files = [Path(f) for f in cell.agent.files]
     if cell.agent.kind == "builtin":
         from agents.builtin import script_path
 
         script = script_path(cell.agent.script)
-        return [sys.executable, f"code/{script.name}"], script
-    return ["/bin/bash", "-c", cell.agent.command], None
+        return [sys.executable, f"code/{script.name}"], [script, *files]
+    return ["/bin/bash", "-c", cell.agent.command], files
 
 
 def run_cell(config: dict) -> None:
@@ -56,11 +57,11 @@ def run_cell(config: dict) -> None:
     token = secrets.token_urlsafe(24)
     deadline = started + cell.budget.wall_time_s
     workspace = layout.workspace(cell.cell_id, attempt)
-    argv, script = agent_argv(cell, workspace)
+    argv, agent_files = agent_argv(cell)
     run_info = {"grading_url": f"{opts['grading_url']}/{cell.task_name}", "run_token": token,
                 "started_at": started, "deadline": deadline}
     materialise(workspace, cell, task_text=task.instructions(), train_rows=task.train_rows(),
-                base_model_dir=base_model, run_info=run_info, agent_script=script)
+                base_model_dir=base_model, run_info=run_info, agent_files=agent_files)
     registered = grader.register_run.remote(token, {
         "cell_id": cell.cell_id, "workspace": str(workspace), "records_dir": str(adir),
         "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": started, "deadline": deadline,

@@ -60,6 +60,13 @@ class Ledger:
     def close(self) -> None:
         self.db.close()
 
+    # Pickled as its path (Tune pickles its callbacks): the copy reopens the same file.
+    def __getstate__(self):
+        return {"path": self.path}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"])
+
     @contextmanager
     def transaction(self):
         self.db.execute("BEGIN IMMEDIATE")

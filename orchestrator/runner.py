@@ -95,7 +95,11 @@ def sandbox_opts(cfg: DictConfig, layout: Layout, sandboxed: bool) -> dict:
 
 
 def start_graders(cfg: DictConfig, tasks: list[dict], emulated: bool) -> str:
+    import logging
+
     from ray import serve
+
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)
 
     from evaluators.runs import get_or_create_registry
     from evaluators.service import deploy
@@ -150,6 +154,10 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
 
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # the ledger and W&B are our loggers
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: our progress lines only
+    import logging
+
+    logging.getLogger("ray.tune").setLevel(logging.ERROR)  # it would warn that our trials write no result.json
     started_ray = not ray.is_initialized()
     if started_ray:
         start_ray(cfg.cluster)
@@ -179,13 +187,10 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
         )
         tuner.fit()
     finally:
-        from evaluators.service import app_name
-
-        for task in tasks:
-            try:
-                serve.delete(app_name(task["name"]))
-            except Exception:
-                pass
         if started_ray and cfg.cluster.mode == "local":
-            serve.shutdown()
-            ray.shutdown()
+            ray.shutdown()  # takes Serve and every grader with it
+        else:  # a shared cluster: remove only our applications
+            from evaluators.service import app_name
+
+            for task in tasks:
+                serve.delete(app_name(task["name"]))

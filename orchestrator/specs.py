@@ -58,6 +58,8 @@ class AgentSpec:
     kind: str                       # builtin | command
     script: str | None = None       # builtin: agents/builtin/<script>.py, copied into the workspace's code/
     command: str | None = None      # command: a shell command line run in the workspace
+    files: list = field(default_factory=list)  # your agent's files, copied into the workspace's code/
+    files_sha: str | None = None    # their content hash: changed agent code is a new cell
     args: dict = field(default_factory=dict)
     needs_driver: bool = False
 
@@ -132,7 +134,7 @@ def to_plain(obj: Any) -> Any:
         from omegaconf import DictConfig, ListConfig, OmegaConf
 
         if isinstance(obj, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(obj, resolve=True)
+            return OmegaConf.to_container(obj, resolve=True, throw_on_missing=True)
     except ImportError:  # pragma: no cover
         pass
     if isinstance(obj, dict):

@@ -6,9 +6,11 @@ entry and uses the composed config with its overrides.
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 from orchestrator.specs import AgentSpec, Budget, CellSpec, ConfigError, DriverSpec, to_plain
 
@@ -31,7 +33,11 @@ def _names(cfg: DictConfig, group: str, listed_key: str) -> list[tuple[str, dict
     """(name, composed config or None) for each entry; a group selected on the command line wins."""
     selected = cfg.get(group)
     if selected is not None:
-        data = to_plain(selected)
+        try:
+            data = to_plain(selected)
+        except MissingMandatoryValue as e:  # e.g. `agent=command` without agent.command
+            raise ConfigError(f"{group}.{e.key} is required for {group} {selected.get('name')!r}; "
+                              f"set it, e.g. {group}.{e.key}=...") from None
         return [(data.get("name") or "?", data)]
     names = cfg.sweep.get(listed_key)
     if names is None or len(names) == 0:
@@ -71,6 +77,15 @@ def agent_spec(data: dict, where: str) -> AgentSpec:
         raise ConfigError(f"{where}.script is missing for builtin agent {data.get('name')!r}")
     fields = {k: data[k] for k in ("name", "kind", "script", "command", "args", "needs_driver") if k in data}
     fields["args"] = fields.get("args") or {}
+    files = [Path(f).expanduser().resolve() for f in data.get("files") or []]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise ConfigError(f"{where}.files: {missing} not found (paths are relative to where you run a2rl)")
+    if files:
+        digest = hashlib.sha256()
+        for f in files:
+            digest.update(f.name.encode() + b"\0" + f.read_bytes())
+        fields["files"], fields["files_sha"] = [str(f) for f in files], digest.hexdigest()[:16]
     return AgentSpec(**fields)
 
 
@@ -95,13 +110,7 @@ def expand(cfg: DictConfig) -> list[CellSpec]:
     agents = []
     for name, data in _names(cfg, "agent", "agents"):
         where = "agent" if data is not None else f"sweep.agents ({name})"
-        try:
-            data = data or load_named("agent", name, "sweep.agents")
-            agents.append(agent_spec(data, where))
-        except Exception as e:  # omegaconf's MissingMandatoryValue for `command: ???`
-            if isinstance(e, ConfigError):
-                raise
-            raise ConfigError(f"{where}: {e}".splitlines()[0]) from None
+        agents.append(agent_spec(data or load_named("agent", name, "sweep.agents"), where))
     drivers = [driver_spec(d or load_named("driver", n, "sweep.drivers")) for n, d in _names(cfg, "driver", "drivers")]
     tasks = [check_task(d or load_named("task", n, "sweep.tasks"), f"task {n}") for n, d in _names(cfg, "task", "tasks")]
     none_driver = DriverSpec(name="none")

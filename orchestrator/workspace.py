@@ -4,7 +4,8 @@
   run.json          endpoints, token, budget, deadline, agent knobs (machine-readable)
   data/train.jsonl  the task's visible train split (the eval split never enters a workspace)
   model/            the base model: a link to the read-only model cache, never a copy
-  code/             the agent's code (snapshotted at each submission); built-in agents start with their script
+  code/             the agent's code (snapshotted at each submission); starts with a built-in agent's script
+                    or the files listed in agent.files
   output/           where models to submit go
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ def instructions(cell: CellSpec, task_text: str) -> str:
 
 
 def materialise(workspace: Path, cell: CellSpec, *, task_text: str, train_rows: list[dict], base_model_dir: Path,
-                run_info: dict, agent_script: Path | None = None) -> Path:
+                run_info: dict, agent_files: list[Path] = ()) -> Path:
     if workspace.exists():  # a half-made workspace from a crashed attempt is never reused
         shutil.rmtree(workspace)
     (workspace / "data").mkdir(parents=True)
@@ -64,8 +65,8 @@ def materialise(workspace: Path, cell: CellSpec, *, task_text: str, train_rows: 
         for row in train_rows:
             f.write(json.dumps(row) + "\n")
     os.symlink(base_model_dir, workspace / "model", target_is_directory=True)
-    if agent_script is not None:
-        shutil.copy2(agent_script, workspace / "code" / agent_script.name)
+    for path in agent_files:
+        shutil.copy2(path, workspace / "code" / path.name)
     run = {
         "cell_id": cell.cell_id,
         "task": cell.task_name,

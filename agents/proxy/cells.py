@@ -6,6 +6,7 @@ environment variable the driver names, when the cell is registered.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -59,10 +60,22 @@ class Cell:
             return "max_cost_usd"
         return None
 
-    def record(self, *, t: float, endpoint: str, model: str | None, requested_model: str | None,
-               usage: Usage, latency_s: float, wait_s: float, attempts: int, status: int,
-               stream: bool, error: str | None) -> dict:
-        """Count one call against the budget and append it durably (write, fsync) to the records file."""
+    def record(self, **call) -> dict:
+        """Count one call and append its line durably (write, then fsync) before returning."""
+        line, fd = self._append(**call)
+        _fsync_close(fd)
+        return line
+
+    async def record_async(self, **call) -> dict:
+        """The same, with the fsync (milliseconds on a real disk) in a worker thread so the event loop
+        keeps serving other calls; returns once the line is on disk."""
+        line, fd = self._append(**call)
+        await asyncio.to_thread(_fsync_close, fd)
+        return line
+
+    def _append(self, *, t: float, endpoint: str, model: str | None, requested_model: str | None,
+                usage: Usage, latency_s: float, wait_s: float, attempts: int, status: int,
+                stream: bool, error: str | None) -> tuple[dict, int]:
         cost = cost_usd(usage, self.driver)
         self.calls += 1
         self.input_tokens += usage.input_tokens
@@ -81,16 +94,15 @@ class Cell:
         data = (json.dumps(line) + "\n").encode()
         if self.real_key:   # belt and braces: an upstream error message might quote the key
             data = data.replace(self.real_key.encode(), b"***")
-        # One os.write on an O_APPEND descriptor: a whole line or nothing, then fsync so the call is
-        # on disk before the agent's response finishes.
-        fd = self._fd if self._fd >= 0 else _open_append(self.records_path)
+        # One os.write on an O_APPEND descriptor, on the event loop: whole lines, in call order. The
+        # fsync gets its own descriptor so close_cell cannot pull it away mid-sync.
+        fd = os.dup(self._fd) if self._fd >= 0 else _open_append(self.records_path)
         try:
             os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            if fd != self._fd:   # a stream that outlived close_cell: still recorded, fd not kept
-                os.close(fd)
-        return line
+        except BaseException:
+            os.close(fd)
+            raise
+        return line, fd
 
     def close(self) -> None:
         self.closed = True
@@ -163,3 +175,10 @@ class CellRegistry:
 
 def _open_append(path: str) -> int:
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+
+def _fsync_close(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

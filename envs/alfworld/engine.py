@@ -22,6 +22,46 @@ _REGISTER_LOCK = threading.Lock()
 _TASK_RE = re.compile(r"Your task is to: (.*?)\s*$", re.S)
 
 
+_GRAMMAR_CACHE_LOCK = threading.Lock()
+
+
+def enable_grammar_cache(maxsize: int = 4096) -> bool:
+    """Memoise the text grammar's parser inside textworld's PDDL engine (process-wide; idempotent).
+
+    Every step, the engine re-parses (with tatsu) the same few grammar strings for every admissible command; caching
+    the parse (and handing out deep copies, which the engine then mutates) halves the CPU time of a step and changes
+    no text. Off when the environment variable ``A2RL_ALFWORLD_GRAMMAR_CACHE=0``. Returns whether it is on.
+    """
+    import copy
+    import os
+
+    if os.environ.get("A2RL_ALFWORLD_GRAMMAR_CACHE", "1") == "0":
+        return False
+    import textworld.envs.pddl.textgen as textgen
+
+    with _GRAMMAR_CACHE_LOCK:
+        if getattr(textgen._parse_and_convert, "_a2rl_cached", False):
+            return True
+        original = textgen._parse_and_convert
+        cache: dict = {}
+
+        def cached(*args, **kwargs):
+            if kwargs.get("trace") or not all(isinstance(a, str) for a in args):
+                return original(*args, **kwargs)
+            key = (args, tuple(sorted(kwargs.items())))
+            parsed = cache.get(key)
+            if parsed is None:
+                parsed = original(*args, **kwargs)
+                if len(cache) >= maxsize:
+                    cache.clear()
+                cache[key] = parsed
+            return copy.deepcopy(parsed)
+
+        cached._a2rl_cached = True
+        textgen._parse_and_convert = cached
+        return True
+
+
 def task_from_observation(obs: str) -> str:
     """The task sentence of an initial observation ("Your task is to: ...")."""
     m = _TASK_RE.search(obs or "")
@@ -50,6 +90,7 @@ class AlfWorldGame:
         import textworld.gym
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
+        enable_grammar_cache()
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(self.path)

@@ -242,7 +242,7 @@ def _sample_layout(rng: random.Random, task_type: str) -> dict[str, Any]:
         place(params["toggle_target"], surfaces)
     # Distractors: other object types (a goal receptacle never starts holding the target type).
     others = [o for o in pool if o != obj]
-    n_distractors = min(len(others), rng.randint(4, 10))
+    n_distractors = min(len(others), rng.randint(6, 12))
     for otype in rng.sample(others, n_distractors):
         for _ in range(rng.randint(1, 2)):
             place(otype, homes(otype))
@@ -309,6 +309,10 @@ def problem_fingerprint(game: dict[str, Any]) -> str:
 def _make_env(infos):
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
     from textworld.envs.pddl import PddlEnv
+
+    from .engine import enable_grammar_cache
+
+    enable_grammar_cache()
 
     env = PddlEnv(infos)
     for wrapper in (AlfredDemangler(), AlfredInfos):

@@ -1,0 +1,10 @@
+"""Driver proxy: meters agent->LLM calls per cell (tokens, cost, latency, retries) and enforces budgets.
+
+Public API: ProxyState (register_cell, close_cell, usage), make_app, RetryPolicy; ThreadServer to run
+it in-process; agents.proxy.deployment.DriverProxy for Ray Serve; agents.proxy.fake_upstream for tests.
+"""
+from agents.proxy.app import ProxyState, make_app
+from agents.proxy.server import ThreadServer
+from agents.proxy.upstream import RetryPolicy
+
+__all__ = ["ProxyState", "make_app", "RetryPolicy", "ThreadServer"]

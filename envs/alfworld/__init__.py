@@ -1,0 +1,37 @@
+"""ALFWorld (text) games for the interactive task: generated offline, or upstream data when a user points at it.
+
+- ``generator``: seeded games against the packaged ``alfred.pddl`` / ``alfred.twl2`` (six task types), disjoint
+  train / eval splits.
+- ``engine``: ``AlfWorldGame(path)``: reset / step in the real engine (textworld + the ALFWorld wrappers).
+- ``prompt``: the one prompt / reply format shared by the training data and the grader's rollouts.
+- ``expert``: expert trajectories (search expert or planner walkthrough) as SFT chat records.
+- ``real_data``: upstream ``json_2.1.1`` discovery (train, valid_unseen as eval).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from .generator import TASK_TYPES, build_splits, generate_game, generate_split  # noqa: F401
+
+
+def game_sets(out_dir: str | Path, n_train: int, n_eval: int, seed: int = 0,
+              task_types: Sequence[str] | None = None, *, data_path: str | Path | None = None,
+              eval_dir: str | Path | None = None, eval_salt: str = "") -> dict[str, list[Path]]:
+    """Train and eval game files.
+
+    With ``data_path`` pointing at upstream ALFWorld data (``json_2.1.1`` or its parent), its ``train`` and
+    ``valid_unseen`` games (``n_train`` / ``n_eval`` cap them when > 0, taking the first of the sorted lists). Otherwise
+    generated games: :func:`generator.build_splits` under ``out_dir`` (eval under ``eval_dir`` if given).
+    """
+    if data_path:
+        from .real_data import real_splits
+
+        splits = real_splits(data_path, task_types)
+        if n_train > 0:
+            splits["train"] = splits["train"][:n_train]
+        if n_eval > 0:
+            splits["eval"] = splits["eval"][:n_eval]
+        return splits
+    return build_splits(out_dir, n_train, n_eval, seed, task_types, eval_salt=eval_salt, eval_dir=eval_dir)

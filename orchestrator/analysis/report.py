@@ -1,0 +1,262 @@
+"""The sweep report: `python -m orchestrator report output_dir=DIR [filters]` -> DIR/report/.
+
+Writes report.md (the tables), PNG figures, Parquet exports (cells, events and every table) for pandas and
+the notebook, refreshes each started cell's run report, and logs the same tables and figures to one W&B run.
+It works on a partially finished sweep: the tables cover finished cells and the report says how many are
+missing.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from orchestrator.analysis import curves, figures, run_report, stats, tables
+from orchestrator.analysis.markdown import MISSING, fmt, md_table
+
+GROUP = tables.GROUP
+OUTPUT_PATTERNS = ("report.md", "*.png", "*.parquet")
+
+
+def build_report(output_dir: str | Path, filters: dict | None = None, wandb_cfg: dict | None = None, *,
+                 success_threshold: float = 0.0, n_boot: int = 10_000, seed: int = 0) -> Path:
+    """Write OUTPUT_DIR/report/ and return its path. filters: task, agent, driver, sweep, seed (one value or
+    a list each). wandb_cfg: the logger config ({kind, project, entity, mode}); None or kind "none": no W&B.
+    success_threshold: pass@k counts a run as a success when its improvement is strictly above it."""
+    output_dir = Path(output_dir)
+    cells, events = tables.load(output_dir, filters)
+    report_dir = output_dir / "report"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    for pattern in OUTPUT_PATTERNS:  # a figure from an earlier report (e.g. tokens) must not linger
+        for old in report_dir.glob(pattern):
+            old.unlink()
+
+    cells = _with_cell_reports(output_dir, cells, events)
+    out = compute_tables(cells, events, success_threshold=success_threshold, n_boot=n_boot, seed=seed)
+    figure_paths = _write_figures(out, report_dir)
+
+    cells.to_parquet(report_dir / "cells.parquet", index=False)
+    events.to_parquet(report_dir / "events.parquet", index=False)
+    for name, frame in out["tables"].items():
+        frame.to_parquet(report_dir / f"{name}.parquet", index=False)
+    (report_dir / "report.md").write_text(render_markdown(out, cells, filters, figure_paths, success_threshold))
+
+    if wandb_cfg and wandb_cfg.get("kind", "wandb") != "none":
+        log_to_wandb(output_dir, cells, out, figure_paths, wandb_cfg, filters)
+    return report_dir
+
+
+def _with_cell_reports(output_dir: Path, cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """Refresh the run report of every started cell and add its outcome class to the cells table."""
+    by_cell: dict[str, list[dict]] = {}
+    for e in events[["cell_id", "attempt", "t", "kind", "payload"]].itertuples(index=False):
+        by_cell.setdefault(e.cell_id, []).append({"attempt": int(e.attempt), "t": float(e.t), "kind": e.kind,
+                                                  "payload": json.loads(e.payload)})
+    classes = []
+    for row in cells.to_dict("records"):
+        if row["status"] == "pending":
+            classes.append("pending")
+            continue
+        plain = {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+        plain["seed"] = int(plain["seed"])
+        report = run_report.write_cell_report(output_dir, plain, by_cell.get(row["cell_id"], []))
+        classes.append(report["outcome_class"])
+    cells = cells.copy()
+    cells["outcome_class"] = classes
+    return cells
+
+
+def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold: float = 0.0,
+                   n_boot: int = 10_000, seed: int = 0) -> dict:
+    """Every table of the report as a frame (long format, an infra_errors column where both policies apply)."""
+    runs = {policy: tables.results(cells, policy) for policy in tables.INFRA_POLICIES}
+    all_groups = runs["failure"][GROUP]
+    improvement, pooled, best_of_k, pass_k = [], [], [], []
+    for policy, r in runs.items():
+        improvement.append(stats.group_summary(r, GROUP, n_boot=n_boot, seed=seed, groups=all_groups)
+                           .assign(infra_errors=policy))
+        pooled.append(stats.pooled_summary(r, ["agent", "driver"], cluster="task").assign(infra_errors=policy))
+        best_of_k.append(stats.best_of_k_table(r, GROUP, groups=all_groups).assign(infra_errors=policy))
+        pass_k.append(stats.pass_at_k_table(r, GROUP, success_threshold, groups=all_groups)
+                      .assign(infra_errors=policy))
+    improvement = pd.concat(improvement, ignore_index=True)
+    infra_counts = runs["failure"].assign(infra=runs["failure"]["status"] == "infra_error") \
+        .groupby(GROUP)["infra"].sum().rename("n_infra_errors").reset_index()
+    improvement = improvement.merge(infra_counts, on=GROUP, how="left")
+    lost = (improvement["infra_errors"] == "exclude") & (improvement["n"] == 0)
+    improvement.loc[lost, "note"] = "all runs lost to infra errors"
+
+    done = cells[cells["status"].isin(tables.FINISHED_STATUSES)]
+    failure_classes = (done.groupby(["agent", "driver", "outcome_class"]).size().rename("n").reset_index()
+                       if len(done) else pd.DataFrame(columns=["agent", "driver", "outcome_class", "n"]))
+
+    curve_frames = {axis: curves.curves(cells, events, axis) for axis in curves.AXES}
+    curve_table = pd.concat([f.assign(axis=a) for a, f in curve_frames.items() if len(f)], ignore_index=True) \
+        if any(len(f) for f in curve_frames.values()) else pd.DataFrame(columns=GROUP + ["x", "mean", "axis"])
+    return {
+        "progress": tables.progress(cells),
+        "curves": curve_frames,
+        "tables": {
+            "improvement": improvement,
+            "pooled": pd.concat(pooled, ignore_index=True),
+            "best_of_k": pd.concat(best_of_k, ignore_index=True),
+            "pass_at_k": pd.concat(pass_k, ignore_index=True),
+            "failure_classes": failure_classes,
+            "curves": curve_table,
+        },
+    }
+
+
+def _write_figures(out: dict, report_dir: Path) -> list[Path]:
+    paths = []
+
+    def save(fig, name):
+        path = report_dir / f"{name}.png"
+        fig.savefig(path, dpi=110)
+        figures.plt.close(fig)
+        paths.append(path)
+
+    for axis, band in out["curves"].items():
+        if len(band):
+            save(figures.plot_curves(band, axis), f"best_vs_{axis}")
+    summary = out["tables"]["improvement"]
+    summary = summary[(summary["infra_errors"] == "exclude") & (summary["n"] > 0)]
+    if len(summary):
+        save(figures.plot_heatmap(summary, "agent"), "heatmap_task_agent")
+        if summary["driver"].nunique() > 1:
+            save(figures.plot_heatmap(summary, "driver"), "heatmap_task_driver")
+    best = out["tables"]["best_of_k"]
+    best = best[best["infra_errors"] == "exclude"]
+    if best["expected_best"].notna().any():
+        save(figures.plot_best_of_k(best), "best_of_k")
+    return paths
+
+
+# -- report.md ---------------------------------------------------------------------------------------------------
+
+def _ci(lo, hi) -> str:
+    return MISSING if pd.isna(lo) else f"[{lo:+.3f}, {hi:+.3f}]"
+
+
+def _wide_per_k(frame: pd.DataFrame, value: str) -> tuple[list[str], list[list]]:
+    ks = sorted(frame["k"].unique())
+    rows = []
+    for key, g in frame.groupby(GROUP, sort=True):
+        by_k = dict(zip(g["k"], g[value]))
+        rows.append(list(key) + [int(g["n"].iloc[0])] + [fmt(by_k.get(k)) for k in ks])
+    return GROUP + ["n"] + [f"k={k}" for k in ks], rows
+
+
+def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure_paths: list[Path],
+                    success_threshold: float) -> str:
+    t, p = out["tables"], out["progress"]
+    sweeps = ", ".join(sorted(set(cells["sweep"].dropna().astype(str)))) or MISSING
+    by_status = ", ".join(f"{n} {s}" for s, n in p["by_status"].items() if n)
+    lines = [f"# a2rl report: {sweeps}", ""]
+    if filters:
+        lines.append("Filters: " + ", ".join(f"{k}={v}" for k, v in filters.items() if v is not None) + ".")
+    lines += [
+        f"**{p['finished']} of {p['total']} cells finished; {p['missing']} missing** (pending or running). "
+        f"By status: {by_status or 'none'}." + (" The tables cover finished cells only." if p["missing"] else ""),
+        "",
+        "A cell's result is the improvement of its best valid submission over the baseline; a cell without a valid "
+        "submission counts 0 (the base model stands). Only a cell's final attempt counts. Infra errors are the "
+        "system's fault: results are given counting them as failures (0) and excluding them.",
+        "",
+        "## Improvement over baseline (per task x agent x driver, over seeds)",
+        "",
+    ]
+    imp = t["improvement"]
+    if len(imp):
+        fail = imp[imp["infra_errors"] == "failure"].set_index(GROUP)
+        excl = imp[imp["infra_errors"] == "exclude"].set_index(GROUP)
+        rows = []
+        for key, f in fail.iterrows():
+            e = excl.loc[key]
+            rows.append(list(key) + [f["n"], int(f["n_infra_errors"]), fmt(f["mean"], signed=True), fmt(f["se"]),
+                                     _ci(f["ci_lo"], f["ci_hi"]), e["n"], fmt(e["mean"], signed=True), fmt(e["se"]),
+                                     _ci(e["ci_lo"], e["ci_hi"]), e["note"] or f["note"]])
+        lines.append(md_table(GROUP + ["runs", "infra errors", "mean", "SE", "95% CI", "runs (excl.)",
+                                       "mean (excl.)", "SE (excl.)", "95% CI (excl.)", "note"], rows))
+        lines += ["", "Means with SE (ddof=1) and percentile bootstrap CI over seeds; \"excl.\" drops infra errors.",
+                  ""]
+    else:
+        lines += ["No finished cells yet.", ""]
+
+    lines += ["## Pooled across tasks (SE clustered by task)", ""]
+    pooled = t["pooled"]
+    if len(pooled):
+        rows = [[r.agent, r.driver, r.infra_errors, r.n_clusters, r.n, fmt(r.mean, signed=True),
+                 fmt(r.clustered_se), r.note] for r in pooled.itertuples()]
+        lines += [md_table(["agent", "driver", "infra errors", "tasks", "runs", "mean", "clustered SE", "note"],
+                           rows), ""]
+    else:
+        lines += ["No finished cells yet.", ""]
+
+    for title, name, value, extra in (
+            ("Expected best of k runs", "best_of_k", "expected_best",
+             "Unbiased: the average over all k-subsets of runs of their best result."),
+            (f"pass@k (success: improvement > {success_threshold:g})", "pass_at_k", "pass_at_k",
+             "Chen et al.'s unbiased estimator over the group's runs.")):
+        lines += [f"## {title}", ""]
+        frame = t[name]
+        frame = frame[frame["infra_errors"] == "exclude"]
+        if len(frame):
+            header, rows = _wide_per_k(frame, value)
+            lines += [md_table(header, rows), "",
+                      f"{extra} Infra errors excluded (both policies are in {name}.parquet). "
+                      f"{MISSING}: the group has fewer than k runs, so no estimate.", ""]
+        else:
+            lines += ["No finished cells yet.", ""]
+
+    lines += ["## Outcomes", ""]
+    fc = t["failure_classes"]
+    if len(fc):
+        wide = fc.pivot_table(index=["agent", "driver"], columns="outcome_class", values="n", fill_value=0)
+        classes = [c for c in ["improved", *run_report.FAILURE_CLASSES] if c in wide.columns]
+        rows = [list(key) + [int(wide.loc[key, c]) for c in classes] for key in wide.index]
+        lines += [md_table(["agent", "driver"] + classes, rows), ""]
+        lines += [f"- {c}: {run_report.FAILURE_CLASSES[c]}" for c in classes if c != "improved"] + [""]
+    else:
+        lines += ["No finished cells yet.", ""]
+
+    lines += ["## Cells", ""]
+    rows = [[f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task, r.agent, r.driver, r.seed, r.status,
+             fmt(r.improvement, signed=True), r.n_submissions, r.outcome_class] for r in cells.itertuples()]
+    lines += [md_table(["cell", "task", "agent", "driver", "seed", "status", "improvement", "submissions",
+                        "outcome"], rows), ""]
+
+    if figure_paths:
+        lines += ["## Figures", ""] + [f"![{path.stem}]({path.name})" for path in figure_paths] + [""]
+        if "tokens" not in out["curves"] or not len(out["curves"]["tokens"]):
+            lines += ["No driver is metered in these cells, so there is no curve over tokens.", ""]
+    lines += ["Exports: cells.parquet, events.parquet and one Parquet file per table, for pandas and "
+              "notebooks/analysis.ipynb.", ""]
+    return "\n".join(lines)
+
+
+# -- W&B ---------------------------------------------------------------------------------------------------------
+
+def log_to_wandb(output_dir: Path, cells: pd.DataFrame, out: dict, figure_paths: list[Path], cfg: dict,
+                 filters: dict | None) -> None:
+    """One W&B run (job_type report, grouped with the sweep) holding every table and figure. Offline unless
+    a mode is given or WANDB_API_KEY is set, like the per-cell runs."""
+    import wandb
+
+    mode = cfg.get("mode") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+    sweeps = sorted(set(cells["sweep"].dropna().astype(str))) or ["a2rl"]
+    group = "+".join(sweeps)
+    run = wandb.init(project=cfg.get("project") or "a2rl", entity=cfg.get("entity"), group=group,
+                     job_type="report", name=f"report-{group}", dir=str(output_dir), mode=mode,
+                     config={"filters": filters or {}, "output_dir": str(output_dir)}, reinit="create_new",
+                     settings=wandb.Settings(silent=True, console="off"))
+    try:
+        logged = {f"table/{name}": wandb.Table(dataframe=frame.astype(object).where(frame.notna(), None))
+                  for name, frame in out["tables"].items() if len(frame)}
+        logged.update({f"figure/{path.stem}": wandb.Image(str(path)) for path in figure_paths})
+        run.log(logged)
+        run.summary.update({f"cells/{k}": v for k, v in out["progress"].items() if k != "by_status"})
+    finally:
+        run.finish()

@@ -1,0 +1,79 @@
+"""Shared fixtures: one real Ray cluster on loopback and one Serve instance for the whole session."""
+from __future__ import annotations
+
+import io
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """Base models and grading caches, built once per session (tiny model, baselines)."""
+    path = Path(os.environ.get("A2RL_TEST_CACHE") or tmp_path_factory.mktemp("a2rl-cache"))
+    os.environ["A2RL_CACHE_DIR"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def grading_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(cache_dir, grading_port):
+    """Real Ray on 127.0.0.1: 4 logical CPUs (so a grader and two 1-CPU cells fit) and one emulated GPU."""
+    import ray
+    from ray import serve
+
+    ray.init(num_cpus=4, resources={"emulated_gpu": 1}, _node_ip_address="127.0.0.1", include_dashboard=False,
+             namespace="a2rl", log_to_driver=False, logging_level="WARNING")
+    serve.start(http_options={"host": "127.0.0.1", "port": grading_port}, logging_config={"log_level": "WARNING"})
+    from evaluators.runs import get_or_create_registry
+
+    get_or_create_registry()
+    yield ray
+    serve.shutdown()
+    ray.shutdown()
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+@pytest.fixture
+def run_sweep(ray_cluster, cache_dir, grading_port, tmp_path):
+    """Run a sweep in-process on the session cluster; returns (plan, printed output, output_dir)."""
+    from orchestrator.runner import run_sweep as _run
+
+    def go(overrides: list[str], output_dir: Path | None = None):
+        out_dir = output_dir or tmp_path / "out"
+        cfg = compose([f"output_dir={out_dir}", f"cache_dir={cache_dir}", f"grading.port={grading_port}",
+                       "logger=none", "cluster.emulated_gpus=1", *overrides])
+        buf = io.StringIO()
+        plan = _run(cfg, out=buf)
+        return plan, buf.getvalue(), out_dir
+
+    return go

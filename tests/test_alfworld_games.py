@@ -1,0 +1,206 @@
+"""ALFWorld game generator, engine wrapper, expert data and real-data discovery, against the real engine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("alfworld")
+pytest.importorskip("textworld")
+
+from envs.alfworld import game_sets  # noqa: E402
+from envs.alfworld.engine import AlfWorldGame  # noqa: E402
+from envs.alfworld.expert import expert_steps, expert_trajectories, trajectory_records  # noqa: E402
+from envs.alfworld.generator import (  # noqa: E402
+    EVAL_SEED_BASE,
+    TASK_TYPES,
+    build_splits,
+    generate_game,
+    generate_split,
+    problem_fingerprint,
+    split_fingerprints,
+    write_game,
+)
+from envs.alfworld.prompt import SYSTEM_PROMPT, build_messages, format_prompt, parse_command, run_episode  # noqa: E402
+from envs.alfworld.real_data import ensure_task_in_grammar, real_splits, resolve_data_root  # noqa: E402
+
+SEEDS = {t: 7 + i for i, t in enumerate(TASK_TYPES)}
+
+
+@pytest.fixture(scope="module")
+def games(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("alfworld_games")
+    return {t: write_game(generate_game(SEEDS[t], t), root / t) for t in TASK_TYPES}
+
+
+def _admissible_from_prompt(prompt: str) -> list[str]:
+    lines = prompt.splitlines()
+    start = lines.index("Admissible commands:") + 1
+    end = lines.index("Reply with the next command.")
+    return lines[start:end]
+
+
+def test_each_task_type_loads_and_its_walkthrough_wins(games):
+    for task_type, path in games.items():
+        data = json.loads(path.read_text())
+        assert data["solvable"] is True and data["walkthrough"]
+        assert "UNKNOWN GOAL" not in data["grammar"]
+        traj = json.loads((path.parent / "traj_data.json").read_text())
+        assert traj["task_type"] == task_type
+        with AlfWorldGame(path) as game:
+            obs, info = game.reset()
+            assert "Your task is to:" in obs and game.task
+            assert not info["won"] and info["admissible_commands"]
+            assert info["walkthrough"] == data["walkthrough"]
+            for cmd in data["walkthrough"]:
+                assert cmd in info["admissible_commands"], (task_type, cmd)
+                obs, score, done, info = game.step(cmd)
+            assert info["won"] and done and score == 1.0, task_type
+
+
+def test_bad_command_gets_the_games_answer(games):
+    with AlfWorldGame(games["pick_and_place_simple"], max_steps=3) as game:
+        _, info = game.reset()
+        before = info["admissible_commands"]
+        for bad in ("fly to the moon", "", "go to cabinet 999"):
+            obs, score, done, info = game.step(bad)
+            assert obs == "Nothing happens." and score == 0.0 and not info["won"]
+            assert info["admissible_commands"] == before
+        assert done  # the step limit ends the episode
+        obs, info = game.reset()
+        assert game.steps == 0 and not info["won"]
+
+
+def test_same_seed_same_game_and_different_seeds_differ(games):
+    a = generate_game(SEEDS["pick_heat_then_place_in_recep"], "heat")
+    b = json.loads(games["pick_heat_then_place_in_recep"].read_text())
+    assert a["pddl_problem"] == b["pddl_problem"] and a["grammar"] == b["grammar"]
+    assert a["walkthrough"] == b["walkthrough"]
+    c = generate_game(SEEDS["pick_heat_then_place_in_recep"], "heat", salt="secret")
+    assert problem_fingerprint(c) != problem_fingerprint(a)
+
+
+def test_train_and_eval_splits_are_disjoint(tmp_path):
+    splits = build_splits(tmp_path, n_train=2, n_eval=2, seed=3, task_types=["pick", "cool"])
+    assert [p.parent.parent.name for p in splits["train"]] == ["train", "train"]
+    assert [p.parent.parent.name for p in splits["eval"]] == ["eval", "eval"]
+    train_m = json.loads((tmp_path / "train" / "manifest.json").read_text())
+    eval_m = json.loads((tmp_path / "eval" / "manifest.json").read_text())
+    assert all(g["seed"] < EVAL_SEED_BASE for g in train_m["games"])
+    assert all(g["seed"] >= EVAL_SEED_BASE for g in eval_m["games"])
+    assert [g["task_type"] for g in eval_m["games"]] == ["pick_and_place_simple", "pick_cool_then_place_in_recep"]
+    eval_fps = split_fingerprints(tmp_path / "eval")
+    assert len(eval_fps) == 2 and not eval_fps & split_fingerprints(tmp_path / "train")
+    # A game equal to an eval game is never written to another split: re-generating the eval seeds with the eval
+    # set excluded skips both and moves on to new seeds.
+    first = eval_m["games"][0]["seed"]
+    other = generate_split(tmp_path / "other", 1, first, ["pick", "cool"], exclude=eval_fps)
+    m = json.loads((tmp_path / "other" / "manifest.json").read_text())
+    assert m["games"][0]["seed"] > first
+    assert split_fingerprints(other[0].parent) & eval_fps == set()
+
+
+def test_expert_trajectories_win_and_round_trip_through_the_parser(games):
+    episodes = [expert_steps(p) for p in games.values()]
+    for ep in episodes:
+        assert ep["expert"] == "search", ep["task_type"]  # the non-omniscient expert solves every type
+        assert 0 < len(ep["steps"]) <= 50
+        records = trajectory_records(ep)
+        assert len(records) == len(ep["steps"])
+        for rec in records:
+            system, user, assistant = rec["messages"]
+            assert system == {"role": "system", "content": SYSTEM_PROMPT}
+            assert user["role"] == "user" and assistant["role"] == "assistant"
+            assert user["content"].startswith(f"Task: {ep['task'].rstrip('.')}.")
+            admissible = _admissible_from_prompt(user["content"])
+            assert parse_command(assistant["content"], admissible) == assistant["content"]
+            assert assistant["content"] in admissible
+        # The same data replayed through the grader's loop wins the game.
+        commands = [r["messages"][2]["content"] for r in records]
+
+        def replay(messages):
+            prev = messages[1]["content"].splitlines()[1].removeprefix("Previous commands: ")
+            n = 0 if prev == "none" else len(prev.split("; "))
+            return commands[n]
+
+        result = run_episode(ep["game"], replay)
+        assert result["won"] and result["commands"] == commands
+    planner = expert_trajectories([games["pick_two_obj_and_place"]], mode="planner")
+    assert [r["messages"][2]["content"] for r in planner] == json.loads(
+        games["pick_two_obj_and_place"].read_text())["walkthrough"]
+
+
+def test_parse_command_is_lenient_and_never_fails():
+    adm = ["go to cabinet 1", "go to cabinet 10", "take mug 1 from cabinet 1", "look"]
+    assert parse_command("go to cabinet 10", adm) == "go to cabinet 10"
+    assert parse_command("  Action: Go to Cabinet 1.\nthen more", adm) == "go to cabinet 1"
+    assert parse_command("> take mug 1 from cabinet 1", adm) == "take mug 1 from cabinet 1"
+    assert parse_command('"look"', adm) == "look"
+    assert parse_command("go to cabinet 1 because it may hold a mug", adm) == "go to cabinet 1"
+    assert parse_command("<think>hmm</think>look<|im_end|>", adm) == "look"
+    assert parse_command("dance", adm) == "dance"
+    assert parse_command("", adm) == ""
+    prompt = format_prompt("put a mug in cabinet.", "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in a room.\n\n"
+                           "Your task is to: put a mug in cabinet.", adm, ["look"])
+    assert prompt.splitlines()[:3] == ["Task: put a mug in cabinet.", "Previous commands: look",
+                                       "Observation: You are in a room."]
+    assert _admissible_from_prompt(prompt) == adm
+    assert build_messages("t", "o", adm)[1]["content"].splitlines()[1] == "Previous commands: none"
+
+
+def test_a_policy_that_says_nonsense_loses_without_errors(games):
+    result = run_episode(games["look_at_obj_in_light"], lambda messages: "I think I will dance.", max_steps=3)
+    assert result == {"won": False, "steps": 3, "task": result["task"], "commands": ["i think i will dance"] * 3,
+                      "replies": ["I think I will dance."] * 3}
+
+
+def test_real_data_layout_is_discovered_with_the_unseen_split(games, tmp_path):
+    root = tmp_path / "alfworld_data" / "json_2.1.1"
+
+    def put(split, folder, game, **change):
+        dest = root / split / folder / "trial_T0001"
+        dest.mkdir(parents=True)
+        shutil.copy2(game.parent / "traj_data.json", dest / "traj_data.json")
+        data = json.loads(game.read_text())
+        data.update(change)
+        (dest / "game.tw-pddl").write_text(json.dumps(data))
+        return dest / "game.tw-pddl"
+
+    put("train", "pick_and_place_simple-Mug-None-Cabinet-1", games["pick_and_place_simple"])
+    put("train", "pick_heat_then_place_in_recep-Egg-None-Fridge-2", games["pick_heat_then_place_in_recep"])
+    put("train", "pick_and_place_with_movable_recep-Mug-Bowl-Cabinet-3", games["pick_and_place_simple"])
+    put("train", "pick_clean_then_place_in_recep-AppleSliced-None-Fridge-4", games["pick_clean_then_place_in_recep"])
+    put("train", "pick_cool_then_place_in_recep-Pan-None-Shelf-5", games["pick_cool_then_place_in_recep"],
+        solvable=False)
+    put("valid_seen", "pick_two_obj_and_place-CD-None-Bed-6", games["pick_two_obj_and_place"])
+    unseen = put("valid_unseen", "look_at_obj_in_light-Book-None-DeskLamp-7", games["look_at_obj_in_light"])
+    placeholder = json.loads(games["pick_clean_then_place_in_recep"].read_text())
+    placeholder["grammar"] = placeholder["grammar"].replace(placeholder["a2rl"]["task"], "UNKNOWN GOAL")
+    put("valid_unseen", "pick_clean_then_place_in_recep-Cloth-None-Toilet-8", games["pick_clean_then_place_in_recep"],
+        grammar=placeholder["grammar"])
+
+    assert resolve_data_root(tmp_path / "alfworld_data") == root
+    assert resolve_data_root(root / "valid_unseen") == root
+    splits = real_splits(tmp_path / "alfworld_data")
+    assert [p.parent.parent.name.split("-")[0] for p in splits["train"]] == [
+        "pick_and_place_simple", "pick_heat_then_place_in_recep"]
+    assert [p.parent.parent.name.split("-")[0] for p in splits["eval"]] == [
+        "look_at_obj_in_light", "pick_clean_then_place_in_recep"]
+    assert splits["eval"][0] == unseen
+    assert game_sets(tmp_path / "unused", 0, 1, data_path=root)["eval"] == [unseen]
+    assert real_splits(root, task_types=["heat"])["train"][0].parent.parent.name.startswith("pick_heat")
+    with pytest.raises(FileNotFoundError):
+        game_sets(tmp_path / "unused", 1, 1, data_path=tmp_path / "nothing_here")
+
+    # A game still holding the grammar's placeholder is played from a patched copy naming its task.
+    patched = ensure_task_in_grammar(splits["eval"][1], tmp_path / "cache")
+    assert patched != splits["eval"][1] and "UNKNOWN GOAL" in splits["eval"][1].read_text()
+    assert ensure_task_in_grammar(unseen, tmp_path / "cache") == unseen
+    with AlfWorldGame(patched) as game:
+        obs, info = game.reset()
+        assert game.task.startswith(("put a clean", "clean some"))
+    ep = expert_steps(splits["train"][1])
+    assert ep["expert"] == "search" and ep["task_type"] == "pick_heat_then_place_in_recep"

@@ -1,0 +1,93 @@
+"""Sweep expansion, stable cell ids, and config mistakes reported in one clear line."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.specs import ConfigError
+from orchestrator.sweep import expand, check_cluster
+from tests.conftest import ROOT, compose
+
+
+def cells_for(*overrides):
+    return expand(compose(list(overrides)))
+
+
+def test_demo_expands_agents_by_seeds():
+    cells = cells_for("sweep=demo")
+    assert len(cells) == 4
+    assert {(c.agent.name, c.seed) for c in cells} == {("sft", 0), ("sft", 1), ("copy_base", 0), ("copy_base", 1)}
+    assert all(c.driver.name == "none" and c.task_name == "arithmetic" for c in cells)
+    assert cells[0].budget.wall_time_s == 90  # the sweep's budget overrides the budget group's
+
+
+def test_cell_ids_are_stable_and_distinct():
+    ids = [c.cell_id for c in cells_for("sweep=demo")]
+    assert len(set(ids)) == 4
+    assert ids == [c.cell_id for c in cells_for("sweep=demo")]
+    # the same spec hashes the same in another process (no dict-order or PYTHONHASHSEED dependence)
+    code = ("from tests.conftest import compose; from orchestrator.sweep import expand; "
+            "print(','.join(c.cell_id for c in expand(compose(['sweep=demo']))))")
+    other = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                           env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin", "HOME": str(ROOT)}, check=True)
+    assert other.stdout.strip().split(",") == ids
+
+
+def test_ids_change_with_what_decides_the_result_only():
+    base = cells_for("sweep=demo")[0]
+    assert cells_for("sweep=demo", "sweep.budget.wall_time_s=91")[0].cell_id != base.cell_id
+    assert cells_for("sweep=demo", "sweep.name=other")[0].cell_id == base.cell_id
+    assert cells_for("sweep=demo", "task=arithmetic", "task.grader.batch_size=3")[0].cell_id == base.cell_id
+
+
+def test_adding_seeds_keeps_existing_ids():
+    two = {c.cell_id for c in cells_for("sweep=demo")}
+    three = {c.cell_id for c in cells_for("sweep=demo", "sweep.seeds=[0,1,2]")}
+    assert two < three and len(three - two) == 2
+    assert len(cells_for("sweep=demo", "sweep.seeds=3")) == 6  # a count means seeds 0..n-1
+
+
+def test_selecting_a_group_narrows_the_sweep_with_overrides():
+    cells = cells_for("sweep=smoke", "agent=command", "agent.command=echo hi")
+    assert {c.agent.name for c in cells} == {"command"}
+    assert cells[0].agent.command == "echo hi"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["sweep.agents=[nope]"], "unknown agent 'nope' in sweep.agents; known agents: command, copy_base, noop"),
+    (["sweep.tasks=[nope]"], "unknown task 'nope'"),
+    (["sweep.budget.wall_time_s=0"], "wall_time_s=0 must be a positive number"),
+    (["sweep.budget.max_submissions=-1"], "max_submissions=-1 must be a positive number"),
+    (["sweep.seeds=[]"], "sweep.seeds is empty"),
+    (["sweep.budget.gpus=-1"], "gpus=-1 must be a number >= 0"),
+    (["agent=command"], "agent.command is required for agent 'command'"),
+])
+def test_config_errors_name_key_and_value(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        cells_for("sweep=demo", *overrides)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_cluster_mode():
+    with pytest.raises(ConfigError, match="cluster.mode='k8s' is unknown"):
+        check_cluster(compose(["cluster.mode=k8s"]))
+
+
+def test_cli_prints_one_line_for_config_errors():
+    for args, expected in [(["agent=nope"], "unknown agent 'nope'; known agents: command, copy_base"),
+                           (["sweep.seeds=[]"], "sweep.seeds is empty"),
+                           (["cluster.mode=k8s"], "cluster.mode='k8s' is unknown")]:
+        proc = subprocess.run([sys.executable, "-m", "orchestrator", *args, "dry_run=true", "output_dir=/tmp/a2rl-x"],
+                              cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0], proc.stderr
+
+
+def test_cfg_job_prints_resolved_config():
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "sweep=smoke", "--cfg", "job"], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    assert "name: smoke" in proc.stdout and "wall_time_s: 10" in proc.stdout

@@ -1,0 +1,390 @@
+"""The driver proxy against the scripted fake upstream, over real HTTP on 127.0.0.1.
+
+Metering per protocol (streaming and not), prices, budgets refused in each provider's own error
+shape, per-cell keys, retries with recorded waiting time, the real key never leaking, durable
+record lines; the admin HTTP API; the driver configs; and one run as a Ray Serve deployment.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from agents.proxy import ProxyState, RetryPolicy, ThreadServer, make_app
+from agents.proxy.fake_upstream import FakeUpstream, Reply
+from agents.proxy.usage import Usage
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL_KEY = "sk-real-" + secrets.token_hex(12)
+USAGE = Usage(input_tokens=1234, output_tokens=56, cached_tokens=78)
+PRICES = {"price_input_per_mtok": 3.0, "price_output_per_mtok": 15.0, "price_cached_input_per_mtok": 0.3}
+EXPECTED_COST = ((1234 - 78) * 3.0 + 78 * 0.3 + 56 * 15.0) / 1e6
+RECORD_KEYS = {"t", "kind", "model", "provider", "input_tokens", "output_tokens", "cached_tokens", "cost_usd",
+               "latency_s", "wait_s", "status", "stream", "error"}
+
+# (protocol, stream) -> the driver provider serving it
+CASES = [("anthropic", False), ("anthropic", True), ("openai_chat", False), ("openai_chat", True),
+         ("openai_responses", False), ("openai_responses", True), ("gemini", False), ("gemini", True),
+         ("gemini", "array")]
+PROVIDER = {"anthropic": "anthropic", "openai_chat": "openai", "openai_responses": "openai", "gemini": "gemini"}
+
+
+@pytest.fixture
+def fake():
+    f = FakeUpstream(usage=USAGE, expect_key=REAL_KEY, chunks=4).start()
+    yield f
+    f.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy():
+    state = ProxyState(RetryPolicy(max_attempts=4, base_s=0.05), environ={"FAKE_KEY": REAL_KEY},
+                       trust_env=False)
+    server = ThreadServer(make_app(state)).start()
+    yield state, server.url
+    server.stop()
+    state.close_all()
+
+
+def driver(provider: str, fake: FakeUpstream, **extra) -> dict:
+    base = fake.url + "/v1" if provider == "openai" else fake.url
+    return {"name": f"fake-{provider}", "provider": provider, "model": "configured-model", "base_url": base,
+            "api_key_env": "FAKE_KEY", **PRICES, **extra}
+
+
+def call(url: str, protocol: str, key: str, stream=False, query: str = "") -> httpx.Response:
+    """One call the way that provider's CLI makes it (key in its usual header); body read in full."""
+    text = "hello"
+    if protocol == "anthropic":
+        path, headers = "/v1/messages", {"x-api-key": key, "anthropic-version": "2023-06-01"}
+        body = {"model": "claude-asked", "max_tokens": 64, "messages": [{"role": "user", "content": text}]}
+    elif protocol == "openai_chat":
+        path, headers = "/v1/chat/completions", {"authorization": f"Bearer {key}"}
+        body = {"model": "gpt-asked", "messages": [{"role": "user", "content": text}]}
+    elif protocol == "openai_responses":
+        path, headers = "/v1/responses", {"authorization": f"Bearer {key}"}
+        body = {"model": "gpt-asked", "input": text}
+    else:
+        method = "streamGenerateContent" if stream else "generateContent"
+        path = f"/v1beta/models/gemini-asked:{method}" + ("?alt=sse" if stream is True else "")
+        headers = {"x-goog-api-key": key}
+        body = {"contents": [{"role": "user", "parts": [{"text": text}]}]}
+    if protocol != "gemini" and stream:
+        body["stream"] = True
+    if query:
+        path += ("&" if "?" in path else "?") + query
+    if not key:
+        headers = {k: v for k, v in headers.items() if k == "anthropic-version"}
+    with httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
+        with client.stream("POST", path, json=body, headers=headers) as r:
+            r.read()
+            return r
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.parametrize("protocol,stream", CASES)
+def test_tokens_metered_exactly_as_upstream_reported(proxy, fake, tmp_path, protocol, stream):
+    state, url = proxy
+    rec = tmp_path / "calls.jsonl"
+    key = state.register_cell("c1", driver(PROVIDER[protocol], fake), {}, str(rec))
+
+    r = call(url, protocol, key, stream)
+    assert r.status_code == 200, r.text
+    if stream:
+        assert ("text/event-stream" if stream is True else "application/json") in r.headers["content-type"]
+        end = {"anthropic": "message_stop", "openai_chat": "[DONE]", "openai_responses": "response.completed",
+               "gemini": "finishReason"}[protocol]
+        assert end in r.text
+    else:
+        assert "Hello from the fake upstream" in r.text
+
+    [line] = records(rec)
+    assert RECORD_KEYS <= set(line)
+    assert (line["input_tokens"], line["output_tokens"], line["cached_tokens"]) == (1234, 56, 78)
+    assert line["cost_usd"] == pytest.approx(EXPECTED_COST)
+    assert line["kind"] == "driver_usage" and line["status"] == 200 and line["error"] is None
+    assert line["stream"] is bool(stream) and line["provider"] == PROVIDER[protocol]
+    assert line["model"] == "configured-model" and line["requested_model"].endswith("-asked")
+    assert line["wait_s"] == 0 and line["attempts"] == 1 and line["latency_s"] > 0
+    usage = state.usage(key)
+    assert (usage["calls"], usage["total_tokens"], usage["exhausted"]) == (1, 1290, None)
+    assert usage["cost_usd"] == pytest.approx(EXPECTED_COST)
+
+    # The upstream saw the real key (else the fake answers 401), the configured model, never the cell key.
+    [seen] = fake.requests
+    assert seen.api_key == REAL_KEY and seen.model == "configured-model"
+    assert key not in json.dumps(seen.headers) + seen.url
+    if protocol == "openai_chat" and stream:
+        assert seen.body["stream_options"] == {"include_usage": True}   # injected so usage is reported
+
+
+@pytest.mark.parametrize("protocol", ["anthropic", "openai_chat", "openai_responses", "gemini"])
+def test_token_budget_refuses_in_provider_shape(proxy, fake, tmp_path, protocol):
+    state, url = proxy
+    rec = tmp_path / "calls.jsonl"
+    key = state.register_cell("c2", driver(PROVIDER[protocol], fake), {"max_tokens": 1000}, str(rec))
+
+    # The call in progress is allowed to finish (and counted) though it overshoots the budget.
+    assert call(url, protocol, key, stream=True).status_code == 200
+    assert state.usage(key)["exhausted"] == "max_tokens"
+
+    r = call(url, protocol, key, stream=True)
+    assert r.headers["x-should-retry"] == "false"
+    body = r.json()
+    if protocol == "anthropic":
+        assert r.status_code == 400
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+        message = body["error"]["message"]
+    elif protocol == "gemini":
+        assert r.status_code == 400
+        assert body["error"]["code"] == 400 and body["error"]["status"] == "FAILED_PRECONDITION"
+        message = body["error"]["message"]
+    else:
+        assert r.status_code == 429
+        assert body["error"]["type"] == body["error"]["code"] == "insufficient_quota"
+        message = body["error"]["message"]
+    assert "max_tokens" in message and "budget" in message
+    assert len(fake.requests) == 1                      # the refused call never reached the upstream
+    ok, refused = records(rec)
+    assert ok["status"] == 200 and ok["input_tokens"] == 1234
+    assert refused["status"] == r.status_code and refused["error"] == "budget_exhausted: max_tokens"
+    assert refused["input_tokens"] == refused["output_tokens"] == 0
+    assert state.usage(key)["refused"] == 1
+
+
+def test_cost_budget_says_which_limit(proxy, fake, tmp_path):
+    state, url = proxy
+    key = state.register_cell("c3", driver("anthropic", fake), {"max_tokens": 10**9, "max_cost_usd": 0.005},
+                              str(tmp_path / "calls.jsonl"))
+    for _ in range(2):   # 2 x $0.0043
+        assert call(url, "anthropic", key).status_code == 200
+    r = call(url, "anthropic", key)
+    assert r.status_code == 400 and "max_cost_usd" in r.json()["error"]["message"]
+    assert state.usage(key)["exhausted"] == "max_cost_usd"
+
+
+@pytest.mark.parametrize("protocol", ["anthropic", "openai_chat", "openai_responses", "gemini"])
+def test_unknown_or_closed_key_gets_401_in_provider_shape(proxy, fake, tmp_path, protocol):
+    state, url = proxy
+    key = state.register_cell("c4", driver(PROVIDER[protocol], fake), {}, str(tmp_path / "calls.jsonl"))
+    state.close_cell(key)
+    for bad in ("a2rl-" + secrets.token_urlsafe(24), key, REAL_KEY, ""):
+        r = call(url, protocol, bad)
+        assert r.status_code == 401
+        body = r.json()
+        if protocol == "anthropic":
+            assert body == {"type": "error", "error": {"type": "authentication_error",
+                                                       "message": body["error"]["message"]}}
+        elif protocol == "gemini":
+            assert body["error"]["code"] == 401 and body["error"]["status"] == "UNAUTHENTICATED"
+        else:
+            assert body["error"]["code"] == "invalid_api_key"
+    assert fake.requests == []
+    with pytest.raises(KeyError):
+        state.usage("a2rl-nope")
+
+
+def test_rate_limit_retried_honouring_retry_after_and_wait_recorded(proxy, fake, tmp_path):
+    state, url = proxy
+    rec = tmp_path / "calls.jsonl"
+    key = state.register_cell("c5", driver("anthropic", fake), {}, str(rec))
+    fake.fail_first, fake.fail_status, fake.retry_after = 2, 429, 0.2
+
+    r = call(url, "anthropic", key, stream=True)
+    assert r.status_code == 200 and "message_stop" in r.text
+    [line] = records(rec)
+    assert line["attempts"] == 3 and line["status"] == 200
+    assert 0.39 <= line["wait_s"] <= line["latency_s"]          # two Retry-After waits of 0.2 s
+    assert (line["input_tokens"], line["output_tokens"]) == (1234, 56)
+    assert state.usage(key)["wait_s"] == pytest.approx(line["wait_s"], abs=1e-5)
+
+
+def test_5xx_retried_with_backoff_then_passed_through_when_attempts_run_out(proxy, fake, tmp_path):
+    state, url = proxy
+    rec = tmp_path / "calls.jsonl"
+    key = state.register_cell("c6", driver("openai", fake), {}, str(rec))
+    fake.fail_first, fake.fail_status = 1, 500
+    assert call(url, "openai_chat", key).status_code == 200
+    fake.fail_first, fake.failures = 10, 0   # more failures than attempts (4)
+    r = call(url, "openai_chat", key, stream=True)
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"   # the upstream's own body
+
+    ok, failed = records(rec)
+    assert ok["attempts"] == 2 and ok["wait_s"] > 0.03 and ok["status"] == 200
+    assert failed["attempts"] == 4 and failed["status"] == 500 and failed["input_tokens"] == 0
+    assert failed["wait_s"] > 0.03 * 7 and "scripted failure" in failed["error"]   # 0.05 + 0.1 + 0.2, +-25%
+
+
+def test_real_key_never_reaches_the_agent_or_the_records(proxy, fake, tmp_path):
+    state, url = proxy
+    rec = tmp_path / "calls.jsonl"
+    key = state.register_cell("c7", driver("anthropic", fake), {}, str(rec))
+    # An upstream that quotes the key it received in its error message (some do, partly).
+    fake.script = lambda req: Reply(status=400, error=f"bad request for key {req.api_key}")
+    for stream in (False, True):
+        r = call(url, "anthropic", key, stream=stream)
+        assert r.status_code == 400
+        seen = r.text + json.dumps(dict(r.headers))
+        assert REAL_KEY not in seen and "***" in r.text
+    fake.script = lambda req: Reply(text=f"the key is {req.api_key}")
+    for stream in (False, True):
+        r = call(url, "anthropic", key, stream=stream)
+        assert r.status_code == 200 and REAL_KEY not in r.text
+    text = rec.read_text()
+    assert REAL_KEY not in text and len(text.splitlines()) == 4
+    assert REAL_KEY not in json.dumps(state.usage(key))
+
+
+def test_records_are_whole_lines_fsynced_before_the_response_ends(proxy, fake, tmp_path, monkeypatch):
+    state, url = proxy
+    rec = tmp_path / "calls.jsonl"
+    key = state.register_cell("c8", driver("gemini", fake), {}, str(rec))
+    synced: list[tuple[str, int]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        real_fsync(fd)
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        synced.append((target, os.path.getsize(target)))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    for i, stream in enumerate([False, True, "array", True]):
+        call(url, "gemini", key, stream)
+        # By the time the agent has the whole response, its line is on disk.
+        assert len(records(rec)) == i + 1
+        assert synced[-1] == (str(rec), rec.stat().st_size)
+    raw = rec.read_bytes()
+    assert raw.endswith(b"\n") and all(json.loads(line) for line in raw.splitlines())
+    assert os.stat(rec).st_mode & 0o777 == 0o600
+
+
+def test_agent_hanging_up_mid_stream_is_still_recorded(proxy, tmp_path):
+    fake = FakeUpstream(usage=USAGE, expect_key=REAL_KEY, chunks=20, chunk_delay_s=0.05).start()
+    try:
+        state, url = proxy
+        rec = tmp_path / "calls.jsonl"
+        key = state.register_cell("c9", driver("anthropic", fake), {}, str(rec))
+        body = {"model": "m", "max_tokens": 9, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        with httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
+            with client.stream("POST", "/v1/messages", json=body, headers={"x-api-key": key}) as r:
+                next(r.iter_raw())   # message_start arrived; hang up
+        deadline = time.monotonic() + 5
+        while not records(rec) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        [line] = records(rec)
+        assert line["error"] == "client disconnected" and line["stream"] is True
+        assert line["input_tokens"] == 1234   # message_start's input tokens were billed, so counted
+    finally:
+        fake.stop()
+
+
+def test_admin_http_api(fake, tmp_path):
+    admin = secrets.token_hex(8)
+    state = ProxyState(admin_token=admin, environ={"FAKE_KEY": REAL_KEY}, trust_env=False)
+    with ThreadServer(make_app(state)) as server, httpx.Client(base_url=server.url, trust_env=False) as client:
+        spec = {"cell_id": "a1", "driver": driver("anthropic", fake), "limits": {"max_tokens": 5000},
+                "records_path": str(tmp_path / "a1.jsonl")}
+        assert client.post("/admin/cells", json=spec).status_code == 401
+        assert client.post("/admin/cells", json=spec, headers={"x-a2rl-admin-token": "wrong"}).status_code == 401
+        h = {"x-a2rl-admin-token": admin}
+        bad = client.post("/admin/cells", json={**spec, "driver": {**spec["driver"], "api_key_env": "NOPE"}},
+                          headers=h)
+        assert bad.status_code == 400 and "NOPE" in bad.json()["error"]
+        key = client.post("/admin/cells", json=spec, headers=h).json()["key"]
+        assert call(server.url, "anthropic", key).status_code == 200
+        usage = client.get(f"/admin/cells/{key}", headers=h).json()
+        assert usage["total_tokens"] == 1290 and usage["max_tokens"] == 5000
+        assert client.delete(f"/admin/cells/{key}", headers=h).json()["closed"] is True
+        assert call(server.url, "anthropic", key).status_code == 401
+        assert client.get("/health").json() == {"ok": True}
+        assert client.post("/v1/completions", json={}).status_code == 404   # unmetered endpoints refused
+    assert ProxyState().admin_token is None   # no token, no admin API
+
+
+def test_gemini_key_in_query_is_accepted_and_not_forwarded(proxy, fake, tmp_path):
+    state, url = proxy
+    key = state.register_cell("c10", driver("gemini", fake), {}, str(tmp_path / "calls.jsonl"))
+    r = call(url, "gemini", "", stream=True, query=f"key={key}")
+    assert r.status_code == 200
+    [seen] = fake.requests
+    assert seen.url == "/v1beta/models/configured-model:streamGenerateContent?alt=sse"
+    assert seen.headers["x-goog-api-key"] == REAL_KEY
+
+
+def test_driver_configs(tmp_path):
+    files = sorted(p for p in (ROOT / "conf" / "driver").glob("*.yaml") if p.stem != "none")
+    names = {p.stem for p in files}
+    assert {"claude-sonnet", "gpt", "gemini", "local-vllm"} <= names
+    fields = {"name", "provider", "model", "base_url", "api_key_env", "price_input_per_mtok",
+              "price_output_per_mtok", "price_cached_input_per_mtok"}
+    environ = {}
+    for p in files:
+        d = yaml.safe_load(p.read_text())
+        assert set(d) == fields and d["name"] == p.stem, p
+        if d["api_key_env"]:
+            environ[d["api_key_env"]] = "k"
+    state = ProxyState(environ=environ)
+    for p in files:
+        d = yaml.safe_load(p.read_text())
+        state.register_cell(d["name"], d, {}, str(tmp_path / f"{d['name']}.jsonl"))
+    local = yaml.safe_load((ROOT / "conf" / "driver" / "local-vllm.yaml").read_text())
+    assert local["provider"] == "openai-compatible" and local["api_key_env"] is None
+    assert local["base_url"] == "http://127.0.0.1:8000/v1"
+    with pytest.raises(ValueError, match="ANTHROPIC_API_KEY"):   # the key is needed where the proxy runs
+        ProxyState(environ={}).register_cell("x", yaml.safe_load((ROOT / "conf/driver/claude-sonnet.yaml")
+                                                                 .read_text()), {}, str(tmp_path / "x"))
+    with pytest.raises(ValueError, match="provider"):
+        ProxyState().register_cell("x", {"provider": "none", "base_url": "x"}, {}, str(tmp_path / "x"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_as_ray_serve_deployment(fake, tmp_path):
+    ray = pytest.importorskip("ray")
+    from ray import serve
+
+    from agents.proxy.deployment import DriverProxy
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+    app_name = "driver_proxy_test"
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": _free_port()})
+        port = serve.context._get_global_client().http_config.port   # an already running Serve keeps its own
+        deployment = DriverProxy.options(ray_actor_options={"runtime_env": {"env_vars": {"FAKE_KEY": REAL_KEY}}})
+        handle = serve.run(deployment.bind(retry={"base_s": 0.05}), name=app_name, route_prefix="/driver")
+        rec = tmp_path / "serve.jsonl"
+        key = handle.register_cell.remote("s1", driver("openai", fake), {"max_tokens": 2000}, str(rec)).result()
+
+        base = f"http://127.0.0.1:{port}/driver"
+        r = call(base, "openai_responses", key, stream=True)
+        assert r.status_code == 200 and "response.completed" in r.text
+        assert call(base, "anthropic", key).status_code == 200
+        r = call(base, "openai_chat", key)
+        assert r.status_code == 429 and r.json()["error"]["code"] == "insufficient_quota"
+        usage = handle.usage.remote(key).result()
+        assert (usage["calls"], usage["total_tokens"], usage["exhausted"]) == (3, 2580, "max_tokens")
+        assert [line["status"] for line in records(rec)] == [200, 200, 429]
+        assert handle.close_cell.remote(key).result()["closed"] is True
+        assert call(base, "anthropic", key).status_code == 401
+    finally:
+        serve.delete(app_name)
+        if started_ray:
+            serve.shutdown()
+            ray.shutdown()

@@ -1,0 +1,151 @@
+"""Real sweeps on the session's Ray cluster: ledger resume and extension, reservations, budgets, sandbox."""
+from __future__ import annotations
+
+import os
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from orchestrator.ledger import Ledger
+
+SMOKE = ["sweep=smoke", "sweep.budget.wall_time_s=4"]
+
+
+def ledger_of(out: Path) -> Ledger:
+    return Ledger(out / "ledger.sqlite")
+
+
+def test_smoke_sweep_records_outcomes_and_resume_runs_nothing(run_sweep):
+    plan, text, out = run_sweep(SMOKE)
+    assert len(plan.to_run) == 2
+    cells = ledger_of(out).cells()
+    by_agent = {row["agent"]: row for row in cells.values()}
+    assert by_agent["noop"]["status"] == "completed"
+    assert by_agent["sleeper"]["status"] == "budget_exhausted" and by_agent["sleeper"]["limit_hit"] == "wall_time"
+    assert all(row["attempts"] == 1 for row in cells.values())
+    assert "2/2 done" in text
+    kinds = {e["kind"] for e in ledger_of(out).events()}
+    assert {"status", "outcome"} <= kinds
+    # stdout/stderr are kept per cell, outside the workspace
+    sleeper = by_agent["sleeper"]["cell_id"]
+    assert "working until the budget ends" in (out / "cells" / sleeper / "attempt-1" / "agent.stdout").read_text()
+
+    plan, text, _ = run_sweep(SMOKE, output_dir=out)
+    assert plan.to_run == []
+    assert all(row["attempts"] == 1 for row in ledger_of(out).cells().values())
+
+
+def test_adding_seeds_and_agents_runs_only_new_cells(run_sweep):
+    _, _, out = run_sweep(["sweep=smoke", "sweep.agents=[noop]"])
+    plan, _, _ = run_sweep(["sweep=smoke", "sweep.agents=[noop]", "sweep.seeds=[0,1]"], output_dir=out)
+    assert [(c.agent.name, c.seed) for c in plan.to_run] == [("noop", 1)]
+    plan, _, _ = run_sweep(["sweep=smoke", "sweep.agents=[noop,command]", "sweep.seeds=[0,1]",
+                            "+sweep.extra=1", "agent=command", "agent.command=exit 3"], output_dir=out)
+    assert {c.agent.name for c in plan.to_run} == {"command"}
+    rows = ledger_of(out).cells()
+    errored = [r for r in rows.values() if r["agent"] == "command"]
+    assert {r["status"] for r in errored} == {"agent_error"}
+    assert "exited with code 3" in errored[0]["error"]
+    # errored cells are finished unless asked: rerun_errored runs exactly those again
+    plan, _, _ = run_sweep(["sweep=smoke", "sweep.seeds=[0,1]", "agent=command", "agent.command=exit 3"],
+                           output_dir=out)
+    assert plan.to_run == []
+    plan, _, _ = run_sweep(["sweep=smoke", "sweep.seeds=[0,1]", "agent=command", "agent.command=exit 3",
+                            "rerun_errored=true"], output_dir=out)
+    assert len(plan.to_run) == 2
+    assert {r["attempts"] for r in ledger_of(out).cells().values() if r["agent"] == "command"} == {2}
+
+
+def test_dry_run_lists_cells_and_gpu_hours_and_runs_nothing(run_sweep, tmp_path):
+    plan, text, out = run_sweep(["sweep=smoke", "sweep.seeds=[0,1,2]", "sweep.budget.gpus=1",
+                                 "sweep.budget.wall_time_s=3600", "dry_run=true"])
+    assert len(plan.to_run) == 6
+    assert "6 to run" in text and "6.0 GPU-hours" in text and "emulated_gpu=1" in text
+    assert not (out / "ledger.sqlite").exists()
+
+
+def test_gpu_reservations_never_overlap(run_sweep):
+    """Two cells that each need the only (emulated) GPU run one after the other."""
+    _, _, out = run_sweep(["sweep=smoke", "sweep.agents=[sleeper]", "sweep.seeds=[0,1]",
+                           "sweep.budget.gpus=1", "sweep.budget.wall_time_s=3"])
+    rows = sorted(ledger_of(out).cells().values(), key=lambda r: r["started_at"])
+    assert len(rows) == 2 and all(r["status"] == "budget_exhausted" for r in rows)
+    assert rows[0]["ended_at"] <= rows[1]["started_at"]
+
+
+def agent_processes(marker: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in part for part in (p.info["cmdline"] or [])):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def command_agent(tmp_path: Path, name: str, script: str) -> list[str]:
+    """A command agent whose script travels into the workspace's code/ through agent.files."""
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(script))
+    return ["sweep=smoke", "agent=command", f"agent.files=[{path}]", f"agent.command=bash code/{name}"]
+
+
+@pytest.mark.parametrize("sandboxed", [True, False])
+def test_budget_kills_the_whole_group_no_orphans(run_sweep, tmp_path, sandboxed):
+    marker = f"a2rl-orphan-{os.getpid()}-{int(sandboxed)}"
+    # a child that ignores SIGTERM, and a grandchild that also leaves the process group (setsid)
+    overrides = command_agent(tmp_path, "spawn.sh", f"""
+        bash -c 'trap "" TERM; exec -a {marker}-child sleep 300' &
+        setsid bash -c 'trap "" TERM; exec -a {marker}-grandchild sleep 300' &
+        sleep 300
+    """) + ["sweep.budget.wall_time_s=3", "sandbox.kill_grace_s=1"]
+    if not sandboxed:
+        overrides += ["sandbox.required=false"]
+    _, _, out = run_sweep(overrides)
+    row = next(iter(ledger_of(out).cells().values()))
+    assert row["status"] == "budget_exhausted", row
+    time.sleep(0.5)
+    left = agent_processes(marker)
+    names = [" ".join(p.cmdline()) for p in left]
+    for p in left:
+        p.kill()
+    if sandboxed:
+        assert names == []
+    else:
+        # Without the PID namespace a grandchild that called setsid escapes the group: the reason the sandbox
+        # is on by default. The in-group child that ignores SIGTERM is still killed.
+        assert all("grandchild" in n for n in names), names
+
+
+def test_sandbox_hides_secrets_and_other_cells(run_sweep, cache_dir, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "planted-secret.txt").write_text("TOP-SECRET-LEDGER")
+    (cache_dir / "grading").mkdir(parents=True, exist_ok=True)
+    (cache_dir / "grading" / "planted-secret.txt").write_text("TOP-SECRET-EVAL")
+    secrets = [out / "planted-secret.txt", cache_dir / "grading" / "planted-secret.txt", Path(__file__).resolve(),
+               tmp_path / "probe.sh"]
+    overrides = command_agent(tmp_path, "probe.sh", f"""
+        for f in {' '.join(map(str, secrets))}; do
+          if cat "$f" >/dev/null 2>&1; then echo "LEAK $f"; else echo "HIDDEN $f"; fi
+        done
+        echo "WORKSPACES_SEEN $(ls {out}/workspaces | wc -l)"
+        touch /usr/a2rl-probe 2>/dev/null && echo WROTE_SYSTEM || echo SYSTEM_READONLY
+        echo ok > output/probe.txt && echo WORKSPACE_WRITABLE
+        test -f model/config.json && echo MODEL_VISIBLE
+        test -f data/train.jsonl && echo TRAIN_VISIBLE
+        sleep 2  # so both cells' workspaces exist at once
+    """) + ["sweep.seeds=[0,1]"]
+    _, _, out = run_sweep(overrides, output_dir=out)
+    rows = ledger_of(out).cells().values()
+    assert len(rows) == 2
+    for row in rows:
+        text = (out / "cells" / row["cell_id"] / "attempt-1" / "agent.stdout").read_text()
+        assert "LEAK" not in text and text.count("HIDDEN") == len(secrets), text
+        assert "WORKSPACES_SEEN 1" in text  # its own, never another cell's
+        for fact in ("SYSTEM_READONLY", "WORKSPACE_WRITABLE", "MODEL_VISIBLE", "TRAIN_VISIBLE"):
+            assert fact in text, text
