@@ -74,11 +74,34 @@ def free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
+def reap_orphaned_ray_agents() -> int:
+    """Kill Ray agents left behind by a local cluster whose orchestrator was killed (SIGKILL, OOM).
+
+    Ray's dashboard and runtime-env agents outlive a dead raylet (they block flushing logs to a dead GCS);
+    they are orphans (parent pid 1) whose RAY_RAYLET_PID no longer exists.
+    """
+    import psutil
+
+    reaped = 0
+    for proc in psutil.process_iter(["ppid", "name"]):
+        try:
+            if proc.info["ppid"] != 1 or not (proc.info["name"] or "").startswith("ray::"):
+                continue
+            raylet = int(proc.environ().get("RAY_RAYLET_PID", "0"))
+            if raylet and not psutil.pid_exists(raylet):
+                proc.kill()
+                reaped += 1
+        except (psutil.Error, ValueError):
+            continue
+    return reaped
+
+
 def start_ray(cluster: DictConfig) -> None:
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local loopback cluster needs no token auth
     if cluster.mode == "local":
+        reap_orphaned_ray_agents()
         resources = {EMULATED_GPU: float(cluster.emulated_gpus)} if cluster.emulated_gpus else None
         ray.init(num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
                  _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,

@@ -115,7 +115,7 @@ def test_tokens_metered_exactly_as_upstream_reported(proxy, fake, tmp_path, prot
     assert line["kind"] == "driver_usage" and line["status"] == 200 and line["error"] is None
     assert line["stream"] is bool(stream) and line["provider"] == PROVIDER[protocol]
     assert line["model"] == "configured-model" and line["requested_model"].endswith("-asked")
-    assert line["wait_s"] == 0 and line["attempts"] == 1 and line["latency_s"] > 0
+    assert line["wait_s"] == 0 and line["attempts"] == 1 and line["latency_s"] > 0 and line["metered"]
     usage = state.usage(key)
     assert (usage["calls"], usage["total_tokens"], usage["exhausted"]) == (1, 1290, None)
     assert usage["cost_usd"] == pytest.approx(EXPECTED_COST)
@@ -276,8 +276,11 @@ def test_agent_hanging_up_mid_stream_is_still_recorded(proxy, tmp_path):
         key = state.register_cell("c9", driver("anthropic", fake), {}, str(rec))
         body = {"model": "m", "max_tokens": 9, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         with httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
+            t = time.monotonic()
             with client.stream("POST", "/v1/messages", json=body, headers={"x-api-key": key}) as r:
                 next(r.iter_raw())   # message_start arrived; hang up
+                # Passed on as it came, not after the whole (>= 1 s) stream was buffered.
+                assert time.monotonic() - t < 0.8
         deadline = time.monotonic() + 5
         while not records(rec) and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -167,7 +167,7 @@ async def proxy_call(state: ProxyState, request: Request, protocol: str, path: s
     endpoint = path + (model_method or "")
 
     def record(usage=Usage(), *, status, error=None, stream=False, wait_s=0.0, attempts=0,
-               model=None, requested=None, now=False):
+               model=driver.get("model"), requested=None, now=False):
         """Record this call; returns an awaitable that ends once the line is on disk (now=True:
         already on disk, for paths that cannot await, i.e. a cancelled stream)."""
         call = dict(t=t0, endpoint=endpoint, model=model, requested_model=requested, usage=usage,
@@ -203,8 +203,8 @@ async def proxy_call(state: ProxyState, request: Request, protocol: str, path: s
     try:
         resp, attempts, wait_s = await send(state.client, "POST", url, headers, content, state.retry)
     except UpstreamUnreachable as exc:
-        await record(status=502, error=f"upstream unreachable: {exc}", wait_s=exc.wait_s, attempts=exc.attempts,
-               **facts)
+        await record(status=502, error=f"upstream unreachable: {exc}", wait_s=exc.wait_s,
+                     attempts=exc.attempts, **facts)
         return error_response(protocol, 502, "upstream", "upstream unreachable after retries")
     facts.update(wait_s=wait_s, attempts=attempts)
     out_headers = response_headers(resp.headers)

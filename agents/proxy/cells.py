@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import secrets
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +52,8 @@ class Cell:
     wait_s: float = 0.0
     closed: bool = False
     _fd: int = field(default=-1, repr=False)
+    # close_cell may come from the orchestrator's thread while the server's loop records a call.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def exhausted(self) -> str | None:
         """Which limit is spent ('max_tokens' or 'max_cost_usd'), or None."""
@@ -90,13 +93,17 @@ class Cell:
             "output_tokens": usage.output_tokens, "cached_tokens": usage.cached_tokens,
             "cost_usd": round(cost, 10), "latency_s": round(latency_s, 6), "wait_s": round(wait_s, 6),
             "attempts": attempts, "status": status, "stream": stream, "error": error,
+            # False when the upstream reported no usage (e.g. an OpenAI-compatible server that ignores
+            # stream_options): the call then cost tokens this line cannot show.
+            "metered": usage.input_tokens + usage.output_tokens > 0,
         }
         data = (json.dumps(line) + "\n").encode()
         if self.real_key:   # belt and braces: an upstream error message might quote the key
             data = data.replace(self.real_key.encode(), b"***")
         # One os.write on an O_APPEND descriptor, on the event loop: whole lines, in call order. The
         # fsync gets its own descriptor so close_cell cannot pull it away mid-sync.
-        fd = os.dup(self._fd) if self._fd >= 0 else _open_append(self.records_path)
+        with self._lock:
+            fd = os.dup(self._fd) if self._fd >= 0 else _open_append(self.records_path)
         try:
             os.write(fd, data)
         except BaseException:
@@ -105,10 +112,11 @@ class Cell:
         return line, fd
 
     def close(self) -> None:
-        self.closed = True
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        with self._lock:
+            self.closed = True
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     def usage(self) -> dict:
         return {

@@ -419,14 +419,21 @@ def _task_cycle(task_types: Sequence[str] | None) -> list[str]:
     return types
 
 
+def _generate_one(args: tuple[int, str, str]) -> dict:
+    seed, task_type, salt = args
+    return generate_game(seed, task_type, salt=salt)
+
+
 def generate_split(out_dir: str | Path, n_games: int, seed: int, task_types: Sequence[str] | None = None, *,
-                   salt: str = "", exclude: Iterable[str] = (), seed_limit: int | None = None) -> list[Path]:
+                   salt: str = "", exclude: Iterable[str] = (), seed_limit: int | None = None,
+                   workers: int = 1) -> list[Path]:
     """Generate ``n_games`` games under ``out_dir`` (one folder each, ``game.tw-pddl`` + ``traj_data.json``).
 
     Game seeds are ``seed, seed + 1, ...``; task types cycle through ``task_types`` (default: all six) so the split is
     balanced. A game whose problem fingerprint is in ``exclude`` or already in this split is skipped (the next seed
-    is used). ``seed_limit`` (exclusive) bounds the seed range. Writes ``manifest.json`` (seeds, task types,
-    fingerprints, walkthroughs) and returns the game file paths, in order.
+    is used, with the same task type). ``seed_limit`` (exclusive) bounds the seed range. ``workers`` > 1 generates
+    in that many processes (same result). Writes ``manifest.json`` (seeds, task types, fingerprints, walkthroughs)
+    and returns the game file paths, in order.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -436,19 +443,38 @@ def generate_split(out_dir: str | Path, n_games: int, seed: int, task_types: Seq
     paths: list[Path] = []
     entries = []
     s = int(seed)
-    while len(paths) < n_games:
-        if seed_limit is not None and s >= seed_limit:
-            raise RuntimeError(f"seed range [{seed}, {seed_limit}) exhausted after {len(paths)} games")
-        task_type = types[len(paths) % len(types)]
-        game = generate_game(s, task_type, salt=salt)
-        fp = game["a2rl"]["fingerprint"]
-        if fp not in excluded and fp not in seen:
-            seen.add(fp)
-            name = f"{len(paths):05d}-{task_type}-s{s}"
-            paths.append(write_game(game, out_dir / name))
-            entries.append({"dir": name, "seed": s, "task_type": task_type, "task": game["a2rl"]["task"],
-                            "fingerprint": fp, "walkthrough": game["walkthrough"]})
-        s += 1
+    pool = None
+    if workers > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        while len(paths) < n_games:
+            # Candidates for the next games (speculatively in parallel; a skipped one shifts the rest by one seed).
+            want = n_games - len(paths)
+            batch = max(1, min(want, 4 * workers)) if pool else 1
+            jobs = []
+            for k in range(batch):
+                if seed_limit is not None and s + k >= seed_limit:
+                    break
+                jobs.append((s + k, types[(len(paths) + k) % len(types)], salt))
+            if not jobs:
+                raise RuntimeError(f"seed range [{seed}, {seed_limit}) exhausted after {len(paths)} games")
+            games = list(pool.map(_generate_one, jobs)) if pool else [_generate_one(jobs[0])]
+            for (gs, task_type, _), game in zip(jobs, games):
+                s = gs + 1
+                fp = game["a2rl"]["fingerprint"]
+                if fp in excluded or fp in seen:
+                    break  # the following candidates were made for the wrong task-type slot: redo them
+                seen.add(fp)
+                name = f"{len(paths):05d}-{task_type}-s{gs}"
+                paths.append(write_game(game, out_dir / name))
+                entries.append({"dir": name, "seed": gs, "task_type": task_type, "task": game["a2rl"]["task"],
+                                "fingerprint": fp, "walkthrough": game["walkthrough"]})
+    finally:
+        if pool:
+            pool.shutdown()
     manifest = {"generator": GENERATOR_VERSION, "n_games": n_games, "first_seed": int(seed), "salted": bool(salt),
                 "task_types": types, "games": entries}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
@@ -462,7 +488,7 @@ def split_fingerprints(split_dir: str | Path) -> set[str]:
 
 def build_splits(out_dir: str | Path, n_train: int, n_eval: int, seed: int = 0,
                  task_types: Sequence[str] | None = None, *, eval_salt: str = "",
-                 eval_dir: str | Path | None = None) -> dict[str, list[Path]]:
+                 eval_dir: str | Path | None = None, workers: int = 1) -> dict[str, list[Path]]:
     """Disjoint train and eval splits.
 
     Eval games come from seeds ``EVAL_SEED_BASE + seed * SPLIT_SEED_SPAN + i`` (optionally salted with
@@ -477,10 +503,10 @@ def build_splits(out_dir: str | Path, n_train: int, n_eval: int, seed: int = 0,
     train_first = seed * SPLIT_SEED_SPAN
     eval_first = EVAL_SEED_BASE + seed * SPLIT_SEED_SPAN
     eval_paths = generate_split(eval_dir, n_eval, eval_first, task_types, salt=eval_salt,
-                                seed_limit=eval_first + SPLIT_SEED_SPAN)
+                                seed_limit=eval_first + SPLIT_SEED_SPAN, workers=workers)
     eval_fps = split_fingerprints(eval_dir)
     train_paths = generate_split(out_dir / "train", n_train, train_first, task_types, exclude=eval_fps,
-                                 seed_limit=train_first + SPLIT_SEED_SPAN)
+                                 seed_limit=train_first + SPLIT_SEED_SPAN, workers=workers)
     return {"train": train_paths, "eval": eval_paths}
 
 
