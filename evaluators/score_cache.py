@@ -18,6 +18,19 @@ def split_key(task_cfg: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".npz", ".msgpack", ".h5")
+
+
+def score_key(model_dir: Path, weights_digest: str) -> str:
+    """What decides a model's score: its weights and everything else it loads with (config, tokenizer, chat
+    template, generation config). Weight files are covered by the digest of the loaded tensors."""
+    h = hashlib.sha256(weights_digest.encode())
+    for path in sorted(p for p in Path(model_dir).rglob("*") if p.is_file()):
+        if path.suffix not in WEIGHT_SUFFIXES and not path.name.endswith(".index.json"):
+            h.update(str(path.relative_to(model_dir)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 class ScoreCache:
     def __init__(self, root: Path):
         self.root = root

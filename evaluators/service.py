@@ -8,7 +8,7 @@ The orchestrator registers and closes runs through the deployment handle. Run st
 RunRegistry actor, scores in a content-addressed cache on disk, so replicas are interchangeable. Every accepted
 submission is appended (fsync) to the cell's record file before the answer is sent.
 """
-from __future__ import annotations
+# (no `from __future__ import annotations`: FastAPI must see the real Request type through Serve's ingress)
 
 import asyncio
 import logging
@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
 
-from evaluators.score_cache import ScoreCache, split_key
+from evaluators.score_cache import ScoreCache, score_key, split_key
 from evaluators.submissions import SubmissionError, resolve_model_path
 
 log = logging.getLogger("a2rl.grader")
@@ -64,7 +64,7 @@ class Grader:
         base = self.backend.load(self.base_dir)
         try:
             self.base_digest = self.backend.weights_digest(base)
-            self.baseline = self._score(base, self.base_digest)["score"]  # cached across sweeps
+            self.baseline = self._score(base, score_key(self.base_dir, self.base_digest))["score"]  # cached
         finally:
             self.backend.unload(base)
         log.info("grader %s ready: baseline %.4f on %d eval items", task_cfg["name"], self.baseline,
@@ -141,17 +141,17 @@ class Grader:
         except ModelLoadError as e:
             raise SubmissionError(422, "not_a_model", f"could not load {model_dir.name} as a causal LM: {e}")
 
-    def _score(self, loaded, digest: str) -> dict:
-        """Score from the cache, or evaluate and cache it. Greedy decoding makes a digest's score a constant."""
-        cached = self.scores.get(digest)
+    def _score(self, loaded, key: str) -> dict:
+        """Score from the cache, or evaluate and cache it. Greedy decoding makes a key's score a constant."""
+        cached = self.scores.get(key)
         if cached is not None:
-            return {**cached, "cached": True}
+            return {**cached, "cached": True, "eval_s": 0.0}
         from evaluators.evaluate import evaluate_loaded
 
         started = time.time()
         result = evaluate_loaded(self.task, self.backend, loaded, self.eval_rows, self.max_new_tokens)
         entry = {"score": result["score"], "n": result["n"], "eval_s": time.time() - started}
-        self.scores.put(digest, entry, details=result["items"])
+        self.scores.put(key, entry, details=result["items"])
         return {**entry, "cached": False}
 
     async def _grade(self, token: str, run: dict, model_dir: Path, given_path: str, received: float) -> dict:
@@ -175,7 +175,8 @@ class Grader:
                 digest = await asyncio.to_thread(self.backend.weights_digest, loaded)
                 if digest == self.base_digest:
                     flags.append("copy_of_base")
-                result = await asyncio.to_thread(self._score, loaded, digest)
+                key = await asyncio.to_thread(score_key, model_dir, digest)
+                result = await asyncio.to_thread(self._score, loaded, key)
                 score, eval_s = result["score"], result["eval_s"]
                 if result["cached"]:
                     flags.append("cached")

@@ -160,17 +160,20 @@ def test_a_policy_that_says_nonsense_loses_without_errors(games):
 def test_real_data_layout_is_discovered_with_the_unseen_split(games, tmp_path):
     root = tmp_path / "alfworld_data" / "json_2.1.1"
 
-    def put(split, folder, game, **change):
+    def put(split, folder, game, drop=(), **change):
         dest = root / split / folder / "trial_T0001"
         dest.mkdir(parents=True)
         shutil.copy2(game.parent / "traj_data.json", dest / "traj_data.json")
         data = json.loads(game.read_text())
         data.update(change)
+        for key in drop:  # upstream files carry none of our metadata
+            data.pop(key)
         (dest / "game.tw-pddl").write_text(json.dumps(data))
         return dest / "game.tw-pddl"
 
     put("train", "pick_and_place_simple-Mug-None-Cabinet-1", games["pick_and_place_simple"])
-    put("train", "pick_heat_then_place_in_recep-Egg-None-Fridge-2", games["pick_heat_then_place_in_recep"])
+    put("train", "pick_heat_then_place_in_recep-Egg-None-Fridge-2", games["pick_heat_then_place_in_recep"],
+        drop=("a2rl", "walkthrough"))
     put("train", "pick_and_place_with_movable_recep-Mug-Bowl-Cabinet-3", games["pick_and_place_simple"])
     put("train", "pick_clean_then_place_in_recep-AppleSliced-None-Fridge-4", games["pick_clean_then_place_in_recep"])
     put("train", "pick_cool_then_place_in_recep-Pan-None-Shelf-5", games["pick_cool_then_place_in_recep"],
@@ -204,3 +207,8 @@ def test_real_data_layout_is_discovered_with_the_unseen_split(games, tmp_path):
         assert game.task.startswith(("put a clean", "clean some"))
     ep = expert_steps(splits["train"][1])
     assert ep["expert"] == "search" and ep["task_type"] == "pick_heat_then_place_in_recep"
+    # No stored walkthrough: the planner expert asks Fast Downward for one.
+    ep = expert_steps(splits["train"][1], mode="planner")
+    assert ep["expert"] == "planner"
+    assert [s["command"] for s in ep["steps"]] == json.loads(
+        games["pick_heat_then_place_in_recep"].read_text())["walkthrough"]

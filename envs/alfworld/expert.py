@@ -45,6 +45,22 @@ def _rtype(name: str) -> str:
     return _natural_key(name)[0]
 
 
+_ROOM_RE = re.compile(r"Looking quickly around you, you see (.*?)\.(?:\s|$)", re.S)
+
+
+def receptacles_in_room(obs: str) -> set[str]:
+    """Receptacle names listed by the initial observation ("... you see a cabinet 2, a fridge 1, and a sinkbasin 1.")."""
+    m = _ROOM_RE.search(obs or "")
+    if not m:
+        return set()
+    out = set()
+    for part in re.split(r",\s*(?:and\s+)?|\s+and\s+", m.group(1)):
+        part = re.sub(r"^(?:a|an|the)\s+", "", part.strip())
+        if _NUM_RE.match(part):
+            out.add(part)
+    return out
+
+
 def _can_contain() -> dict[str, set[str]]:
     from alfworld.gen import constants
 
@@ -112,6 +128,8 @@ class SearchExpert:
     def act(self, obs: str, admissible: Sequence[str]) -> str | None:
         """The next command, or None when it has nothing left to try."""
         adm = list(admissible)
+        if not self.history:
+            self.receptacles |= receptacles_in_room(obs)
         self.receptacles |= {c[6:] for c in adm if c.startswith("go to ")}
         cmd = self._decide(adm)
         if cmd is not None:
@@ -229,10 +247,18 @@ def expert_steps(game_path: str | Path, mode: str = "search", max_steps: int = M
             steps = search_commands(game, meta["task_type"], meta["pddl_params"], max_steps)
         if steps is None:
             used = "planner"
-            walkthrough = json.loads(game_path.read_text()).get("walkthrough")
-            if not walkthrough:  # upstream files may not store it: ask the planner
-                walkthrough = game.reset()[1].get("walkthrough") or []
-            steps = play_commands(game, walkthrough)
+            data = json.loads(game_path.read_text())
+            # Our games store the planner's plan; an upstream file may store none, or an expert run with random
+            # detours: ask the planner then.
+            walkthrough = data.get("walkthrough") if "a2rl" in data else None
+            steps = play_commands(game, walkthrough) if walkthrough else None
+            if steps is None:
+                planner = AlfWorldGame(game_path, max_steps=None, walkthrough=False, expert_plan=True)
+                try:
+                    walkthrough = planner.reset()[1]["expert_plan"]
+                finally:
+                    planner.close()
+                steps = play_commands(game, walkthrough)
         if steps is None:
             raise RuntimeError(f"no expert trajectory wins {game_path}")
         return {"game": str(game_path), "task": game.task, "task_type": meta["task_type"], "expert": used,
