@@ -204,12 +204,23 @@ def app_name(task_name: str) -> str:
     return f"grader-{task_name}"
 
 
+_deployed: dict[str, str] = {}  # app name -> the config it was deployed with, by this process
+
+
 def deploy(task_cfg: dict, cache_dir: str, emulated_gpus: bool = False) -> str:
-    """Start (or update) the task's grading application; returns its route prefix.
+    """Start the task's grading application, unless this process already runs it with the same config;
+    returns its route prefix.
 
     The grader reserves its own CPUs/GPUs (never a cell's): on a CPU box with emulated GPUs, its GPU
     reservation is taken from the same emulated resource the cells use.
     """
+    import json
+
+    name = app_name(task_cfg["name"])
+    fingerprint = json.dumps([task_cfg, cache_dir, emulated_gpus], sort_keys=True, default=str)
+    app = serve.status().applications.get(name)
+    if _deployed.get(name) == fingerprint and app is not None and app.status == "RUNNING":
+        return f"/{task_cfg['name']}"
     grader_cfg = task_cfg.get("grader", {})
     gpus = grader_cfg.get("num_gpus", 0)
     options = {"num_cpus": grader_cfg.get("num_cpus", 1)}
@@ -217,8 +228,13 @@ def deploy(task_cfg: dict, cache_dir: str, emulated_gpus: bool = False) -> str:
         options["resources"] = {"emulated_gpu": gpus}
     elif gpus:
         options["num_gpus"] = gpus
-    deployment = Grader.options(name=app_name(task_cfg["name"]), num_replicas=grader_cfg.get("num_replicas", 1),
+    deployment = Grader.options(name=name, num_replicas=grader_cfg.get("num_replicas", 1),
                                 ray_actor_options=options)
     route = f"/{task_cfg['name']}"
-    serve.run(deployment.bind(task_cfg, cache_dir), name=app_name(task_cfg["name"]), route_prefix=route)
+    serve.run(deployment.bind(task_cfg, cache_dir), name=name, route_prefix=route)
+    _deployed[name] = fingerprint
     return route
+
+
+def forget(name: str) -> None:
+    _deployed.pop(name, None)

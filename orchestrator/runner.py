@@ -212,8 +212,9 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
     finally:
         if started_ray and cfg.cluster.mode == "local":
             ray.shutdown()  # takes Serve and every grader with it
-        else:  # a shared cluster: remove only our applications
-            from evaluators.service import app_name
+        elif not cfg.grading.keep_running:  # a shared cluster: remove only our applications
+            from evaluators.service import app_name, forget
 
             for task in tasks:
                 serve.delete(app_name(task["name"]))
+                forget(app_name(task["name"]))

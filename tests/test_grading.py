@@ -26,11 +26,10 @@ def grader(ray_cluster, cache_dir, grading_port):
     from evaluators.service import app_name, deploy
 
     task = to_plain(compose(["task=arithmetic"]).task)
-    deploy(task, str(cache_dir))
+    deploy(task, str(cache_dir), emulated_gpus=True)  # the same grader the sweeps in other tests use
     handle = serve.get_app_handle(app_name("arithmetic"))
     base = resolve_base_model(task["base_model"], cache_dir / "models")
-    yield {"url": f"http://127.0.0.1:{grading_port}/arithmetic", "handle": handle, "base": base, "task": task}
-    serve.delete(app_name("arithmetic"))
+    return {"url": f"http://127.0.0.1:{grading_port}/arithmetic", "handle": handle, "base": base, "task": task}
 
 
 class Run:

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         from .expert import expert_trajectories, write_jsonl
 
         games = sorted(Path(a.games_dir).rglob("game.tw-pddl"))
-        records = expert_trajectories(games, mode=a.mode)
+        records = expert_trajectories(games, mode=a.mode, relative_to=a.games_dir)
         write_jsonl(records, a.out)
         print(json.dumps({"games": len(games), "records": len(records)}))
     else:

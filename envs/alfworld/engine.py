@@ -108,6 +108,7 @@ class AlfWorldGame:
         self.task = ""
         self.steps = 0
         self.won = False
+        self.done = False
         self.last_info: dict[str, Any] = {}
 
     @property
@@ -134,6 +135,7 @@ class AlfWorldGame:
         self.task = task_from_observation(obs)
         self.steps = 0
         self.won = False
+        self.done = False
         self.last_info = self._info(raw)
         return obs, self.last_info
 
@@ -143,6 +145,7 @@ class AlfWorldGame:
         self.steps += 1
         info = self._info(raw)
         self.won = self.won or info["won"]
+        self.done = self.done or bool(done)
         self.last_info = info
         return obs, float(score), bool(done), info
 

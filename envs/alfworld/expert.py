@@ -49,7 +49,7 @@ _ROOM_RE = re.compile(r"Looking quickly around you, you see (.*?)\.(?:\s|$)", re
 
 
 def receptacles_in_room(obs: str) -> set[str]:
-    """Receptacle names listed by the initial observation ("... you see a cabinet 2, a fridge 1, and a sinkbasin 1.")."""
+    """Receptacle names the initial observation lists ("... you see a cabinet 2, a fridge 1, and a sinkbasin 1.")."""
     m = _ROOM_RE.search(obs or "")
     if not m:
         return set()
@@ -97,7 +97,8 @@ class SearchExpert:
     def _order(self, names: Iterable[str]) -> list[str]:
         return sorted(names, key=_natural_key)
 
-    def _go(self, target: str, admissible: Sequence[str]) -> str:
+    @staticmethod
+    def _go(target: str, admissible: Sequence[str]) -> str:
         return f"go to {target}"
 
     def _search_targets(self) -> list[str]:
@@ -267,25 +268,28 @@ def expert_steps(game_path: str | Path, mode: str = "search", max_steps: int = M
         game.close()
 
 
-def trajectory_records(episode: dict[str, Any]) -> list[dict[str, Any]]:
+def trajectory_records(episode: dict[str, Any], game_name: str | None = None) -> list[dict[str, Any]]:
     """One SFT record per step of an expert episode (system + user prompt + assistant command)."""
     records = []
     history: list[str] = []
     for i, st in enumerate(episode["steps"]):
         messages = build_messages(episode["task"], st["obs"], st["admissible"], history)
         messages.append({"role": "assistant", "content": st["command"]})
-        records.append({"game": episode["game"], "task": episode["task"], "task_type": episode["task_type"],
-                        "step": i, "expert": episode["expert"], "messages": messages})
+        records.append({"game": game_name or episode["game"], "task": episode["task"],
+                        "task_type": episode["task_type"], "step": i, "expert": episode["expert"],
+                        "messages": messages})
         history.append(st["command"])
     return records
 
 
-def expert_trajectories(game_paths: Iterable[str | Path], mode: str = "search",
-                        max_steps: int = MAX_STEPS) -> list[dict[str, Any]]:
-    """SFT records (see :func:`trajectory_records`) for every game, in order."""
+def expert_trajectories(game_paths: Iterable[str | Path], mode: str = "search", max_steps: int = MAX_STEPS,
+                        relative_to: str | Path | None = None) -> list[dict[str, Any]]:
+    """SFT records (see :func:`trajectory_records`) for every game, in order. ``relative_to``: name games by their
+    path relative to this folder (e.g. the train split) instead of their absolute path."""
     out: list[dict[str, Any]] = []
     for p in game_paths:
-        out += trajectory_records(expert_steps(p, mode=mode, max_steps=max_steps))
+        name = str(Path(p).relative_to(relative_to)) if relative_to is not None else None
+        out += trajectory_records(expert_steps(p, mode=mode, max_steps=max_steps), game_name=name)
     return out
 
 

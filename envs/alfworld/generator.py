@@ -164,7 +164,8 @@ def normalize_task_type(task_type: str) -> str:
     t = task_type.strip().lower()
     t = TASK_ALIASES.get(t, t)
     if t not in TASK_TYPES:
-        raise ValueError(f"unknown ALFWorld task type {task_type!r}; expected one of {TASK_TYPES} or {sorted(TASK_ALIASES)}")
+        raise ValueError(f"unknown ALFWorld task type {task_type!r}; "
+                         f"expected one of {TASK_TYPES} or {sorted(TASK_ALIASES)}")
     return t
 
 

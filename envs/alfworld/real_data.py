@@ -113,9 +113,7 @@ def ensure_task_in_grammar(game_file: str | os.PathLike, cache_dir: str | os.Pat
         obj=params["object_target"].lower(), recep=params["parent_target"].lower(),
         toggle=params["toggle_target"].lower(), mrecep=params["mrecep_target"].lower())
     data["grammar"] = data["grammar"].replace("UNKNOWN GOAL", sentence)
-    rel = game_file.parent.name if game_file.parent.parent == game_file.parent else \
-        f"{game_file.parent.parent.name}/{game_file.parent.name}"
-    dest = Path(cache_dir) / rel
+    dest = Path(cache_dir) / game_file.parent.parent.name / game_file.parent.name
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "game.tw-pddl").write_text(json.dumps(data))
     (dest / "traj_data.json").write_text(json.dumps(traj))
