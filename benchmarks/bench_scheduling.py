@@ -68,7 +68,7 @@ def workspace_setup(model_gb: float, root: Path) -> tuple[float, float]:
     from orchestrator.workspace import materialise
 
     model = root / "model"
-    model.mkdir()
+    model.mkdir(parents=True)
     chunk = os.urandom(64 * 1024 * 1024)
     with open(model / "model.safetensors", "wb") as f:
         for _ in range(max(1, int(model_gb * 1024 / 64))):
