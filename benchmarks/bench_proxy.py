@@ -57,17 +57,27 @@ async def sequential(client, url, headers, stream: bool, n: int) -> list[tuple[f
     return [await one_call(client, url, headers, stream) for _ in range(n)]
 
 
-async def concurrent(client, url, headers, n: int, concurrency: int) -> float:
-    """Streaming calls per second with `concurrency` calls always in flight."""
-    todo = iter(range(n))
+async def concurrent(url, headers, n: int, concurrency: int) -> float:
+    """Streaming calls per second with `concurrency` calls always in flight.
 
-    async def worker():
+    A client per worker, like separate agents: one shared httpx pool scans all its connections on
+    every request and would make this load generator the bottleneck.
+    """
+    todo = iter(range(n))
+    clients = [httpx.AsyncClient(timeout=60, trust_env=False) for _ in range(concurrency)]
+
+    async def worker(client):
         for _ in todo:
             await one_call(client, url, headers, True)
 
-    t = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return n / (time.perf_counter() - t)
+    try:
+        await asyncio.gather(*(one_call(c, url, headers, True) for c in clients))   # connect, warm up
+        t = time.perf_counter()
+        await asyncio.gather(*(worker(c) for c in clients))
+        return n / (time.perf_counter() - t)
+    finally:
+        for c in clients:
+            await c.aclose()
 
 
 def ms(xs) -> str:
@@ -81,8 +91,7 @@ async def run(args) -> None:
     proxy, proxy_url = start(["agents.proxy", "--max-attempts", "1"], env, "A2RL_PROXY_URL")
     records = Path(tempfile.mkdtemp(prefix="bench_proxy_", dir=os.environ.get("BENCH_RECORDS_DIR"))) / "records.jsonl"
     try:
-        limits = httpx.Limits(max_connections=args.concurrency * 2, max_keepalive_connections=args.concurrency * 2)
-        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
             driver = {"name": "bench", "provider": "anthropic", "model": BODY["model"], "base_url": fake_url,
                       "api_key_env": "BENCH_KEY", "price_input_per_mtok": 3.0, "price_output_per_mtok": 15.0}
             r = await client.post(proxy_url + "/admin/cells", headers={"x-a2rl-admin-token": admin}, json={
@@ -105,10 +114,8 @@ async def run(args) -> None:
                     rows.append(("time to first chunk, stream (ms, median / p90)", ms(d_ttfb), ms(p_ttfb),
                                  f"+{(statistics.median(p_ttfb) - statistics.median(d_ttfb)) * 1000:.2f} ms",
                                  statistics.median(p_ttfb) / statistics.median(d_ttfb)))
-            await concurrent(client, *direct, args.concurrency, args.concurrency)   # warm-up
-            d_tp = await concurrent(client, *direct, args.stream_calls, args.concurrency)
-            await concurrent(client, *proxied, args.concurrency, args.concurrency)
-            p_tp = await concurrent(client, *proxied, args.stream_calls, args.concurrency)
+            d_tp = await concurrent(*direct, args.stream_calls, args.concurrency)
+            p_tp = await concurrent(*proxied, args.stream_calls, args.concurrency)
             rows.append((f"throughput, {args.concurrency} concurrent streams (calls/s)",
                          f"{d_tp:17.1f}", f"{p_tp:17.1f}", f"{p_tp * args.chunks:.0f} chunks/s", p_tp / d_tp))
 

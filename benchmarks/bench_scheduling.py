@@ -54,7 +54,12 @@ def a2rl_cells(n: int, out: Path, cache: Path, port: int) -> tuple[float, float]
     deploy_s = time.perf_counter() - t0
     start = time.perf_counter()
     run_sweep(cfg, out=io.StringIO())
-    return time.perf_counter() - start, deploy_s
+    total = time.perf_counter() - start
+    from orchestrator.ledger import Ledger
+
+    outcomes = [e["payload"] for e in Ledger(out / "ledger.sqlite").events(kind="outcome")]
+    phases = {k: sum(o[k] for o in outcomes) / len(outcomes) for k in ("setup_s", "elapsed_s", "teardown_s")}
+    return total, deploy_s, phases
 
 
 def _task(cfg) -> dict:
@@ -78,9 +83,12 @@ def workspace_setup(model_gb: float, root: Path) -> tuple[float, float]:
     cell = CellSpec(agent=AgentSpec(name="noop", kind="builtin", script="noop"), driver=DriverSpec(name="none"),
                     task={"name": "bench", "cls": "x:y", "base_model": str(model)}, seed=0,
                     budget=Budget(wall_time_s=60, max_submissions=1))
-    rows = [{"id": i, "prompt": "1+1", "answer": "2", "completion": "2"} for i in range(2000)]
+    material = root / "material"
+    material.mkdir()
+    (material / "instructions.md").write_text("bench")
+    (material / "train.jsonl").write_text('{"prompt": "1+1", "completion": "2"}\n' * 2000)
     t0 = time.perf_counter()
-    materialise(root / "ws", cell, task_text="bench", train_rows=rows, base_model_dir=model,
+    materialise(root / "ws", cell, material=material, base_model_dir=model,
                 run_info={"grading_url": "http://127.0.0.1:1/x", "run_token": "t", "started_at": 0, "deadline": 1})
     linked = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -111,7 +119,7 @@ def main() -> None:
         get_or_create_registry()
         cache = Path(os.environ.get("A2RL_CACHE_DIR", Path.home() / ".cache" / "a2rl"))
         bare = bare_trials(args.cells, tmp / "tune")
-        full, deploy_s = a2rl_cells(args.cells, tmp / "a2rl", cache, port)
+        full, deploy_s, phases = a2rl_cells(args.cells, tmp / "a2rl", cache, port)
         ray.shutdown()
         linked, copied = workspace_setup(args.model_gb, tmp / "ws")
 
@@ -121,6 +129,8 @@ def main() -> None:
     print(f"{'a2rl cells (noop agent, sandbox, ledger)':<44}{full:>10.2f}{full / n:>10.2f}")
     print(f"a2rl overhead per cell over bare Tune: {(full - bare) / n:.2f} s; ratio a2rl/bare = {full / bare:.2f}x "
           f"(2 CPUs, 1 CPU per cell; grader deploy once per sweep: {deploy_s:.1f} s, not included)")
+    print(f"inside a cell (mean): setup {phases['setup_s']:.2f} s (task files, workspace, registration, sandbox "
+          f"start), whole cell {phases['elapsed_s']:.2f} s, teardown {phases['teardown_s']:.2f} s")
     print(f"\nworkspace for a {args.model_gb:g} GB model: linked {linked * 1000:.1f} ms, plain copy "
           f"{copied * 1000:.0f} ms; copy/link = {copied / linked:.0f}x")
 

@@ -28,9 +28,10 @@ CHATML_TEMPLATE = (
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
-# Sized so one CPU core runs ~15 SFT steps/s on the arithmetic task (see benchmarks and the task config).
+# 0.62M parameters: small enough that one CPU core runs ~20 SFT steps/s (batch 16) and the arithmetic task goes
+# from 0% to ~80% in about a minute; the 3.4M shape (256 wide, 4 layers) learned it ~5x slower per CPU second.
 TINY_VOCAB_SIZE = 1024
-TINY_MODEL = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
+TINY_MODEL = dict(hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True)
 TINY_SEED = 0
 

@@ -20,9 +20,9 @@ from orchestrator.ledger import AGENT_ERROR, BUDGET_EXHAUSTED, COMPLETED
 from orchestrator.records import (ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, JsonlTail, driver_event,
                                   outcome_event, status_event, submission_event, write_json_durably)
 from orchestrator.specs import CellSpec
-from orchestrator.workspace import agent_env, materialise
+from orchestrator.workspace import agent_env, materialise, task_material
 
-POLL_S = 0.5
+POLL_S = 0.2
 
 
 def agent_argv(cell: CellSpec) -> tuple[list[str], list[Path]]:
@@ -49,9 +49,7 @@ def run_cell(config: dict) -> None:
 
     from evaluators.base_models import resolve_base_model
     from evaluators.service import app_name
-    from evaluators.tasks.base import load_task
-
-    task = load_task(cell.task)
+    material = task_material(cell.task, layout.cache_dir)
     base_model = resolve_base_model(cell.task["base_model"], layout.models_cache)
     grader = serve.get_app_handle(app_name(cell.task_name))
     token = secrets.token_urlsafe(24)
@@ -60,8 +58,7 @@ def run_cell(config: dict) -> None:
     argv, agent_files = agent_argv(cell)
     run_info = {"grading_url": f"{opts['grading_url']}/{cell.task_name}", "run_token": token,
                 "started_at": started, "deadline": deadline}
-    materialise(workspace, cell, task_text=task.instructions(), train_rows=task.train_rows(),
-                base_model_dir=base_model, run_info=run_info, agent_files=agent_files)
+    materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info, agent_files=agent_files)
     registered = grader.register_run.remote(token, {
         "cell_id": cell.cell_id, "workspace": str(workspace), "records_dir": str(adir),
         "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": started, "deadline": deadline,
@@ -71,6 +68,7 @@ def run_cell(config: dict) -> None:
     proc = sandbox.start(argv, workspace, env, adir / "agent.stdout", adir / "agent.stderr",
                          sandboxed=opts["sandboxed"], hidden=[Path(p) for p in opts["hidden"]],
                          readonly=[Path(p) for p in opts["readonly"]])
+    agent_started = time.time()
     subs, calls = JsonlTail(adir / SUBMISSIONS), JsonlTail(adir / DRIVER_CALLS)
     state = {"best": None, "n": 0, "driver_calls": 0}
     limit, exit_code = None, None
@@ -104,6 +102,7 @@ def run_cell(config: dict) -> None:
                 break
             time.sleep(POLL_S)
     finally:
+        agent_ended = time.time()
         proc.kill_group(opts["kill_grace_s"])  # also when the agent exited: its children may live on
         still_running = grader.close_run.remote(token).result()
     report_new()
@@ -122,7 +121,9 @@ def run_cell(config: dict) -> None:
     outcome = {"status": status, "limit_hit": limit, "exit_code": exit_code, "error": error,
                "best_score": state["best"], "baseline_score": registered["baseline_score"],
                "n_submissions": state["n"], "started_at": started, "ended_at": ended, "elapsed_s": ended - started,
-               "workspace": str(workspace), "evaluations_unfinished": still_running}
+               "workspace": str(workspace), "evaluations_unfinished": still_running,
+               # the cell's own overhead: before the agent ran, and after it stopped (kill, waiting on grading)
+               "setup_s": agent_started - started, "teardown_s": ended - agent_ended}
     write_json_durably(adir / OUTCOME, outcome)
     tune.report({"cell_id": cell.cell_id, "attempt": attempt, "done_outcome": json.dumps(outcome),
                  "events": json.dumps([outcome_event(cell.cell_id, attempt, outcome)]),

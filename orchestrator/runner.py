@@ -16,6 +16,7 @@ from orchestrator.ledger import ERRORED, FINISHED, PENDING, RUNNING, Ledger
 from orchestrator.records import reconcile
 from orchestrator.specs import CellSpec
 from orchestrator.sweep import check_cluster, expand
+from orchestrator.workspace import task_material
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EMULATED_GPU = "emulated_gpu"
@@ -132,6 +133,7 @@ def start_graders(cfg: DictConfig, tasks: list[dict], emulated: bool) -> str:
     serve.start(http_options={"host": cfg.grading.host, "port": port}, logging_config={"log_level": "WARNING"})
     for task in tasks:
         deploy(task, str(Path(cfg.cache_dir).expanduser()), emulated_gpus=emulated)
+        task_material(task, Path(cfg.cache_dir).expanduser())  # once here, not in every cell
     return f"http://{cfg.grading.host}:{port}"
 
 

@@ -106,14 +106,23 @@ class AgentProcess:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs. Zombies do not count: an orphaned zombie waits for the
+    machine's init to reap it, which can take seconds and must not hold a cell (or its GPU) that long."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # pragma: no cover
         return True
-    # A zombie leader still counts as a member until reaped.
-    return True
+    import psutil
+
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
 
 
 def start(argv: list[str], workspace: Path, env: dict, stdout: Path, stderr: Path, *, sandboxed: bool,

@@ -53,17 +53,44 @@ def instructions(cell: CellSpec, task_text: str) -> str:
     return f"# Task: {cell.task_name}\n\n{task_text.strip()}\n{api}"
 
 
-def materialise(workspace: Path, cell: CellSpec, *, task_text: str, train_rows: list[dict], base_model_dir: Path,
+def task_material(task_cfg: dict, cache_dir: Path) -> Path:
+    """The task's visible material (instructions.md, train.jsonl), built once per task config and cached.
+
+    The orchestrator builds it before the trials start, so a cell only copies files (generating a train split
+    can take seconds and import heavy packages)."""
+    import hashlib
+
+    from orchestrator.specs import task_identity
+
+    key = hashlib.sha256(json.dumps(task_identity(task_cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
+    folder = cache_dir / "tasks" / f"{task_cfg['name']}-{key}"
+    if (folder / "train.jsonl").exists():
+        return folder
+    from evaluators.tasks.base import load_task
+
+    task = load_task(task_cfg)
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "instructions.md").write_text(task.instructions())
+    with open(tmp / "train.jsonl", "w") as f:
+        for row in task.train_rows():
+            f.write(json.dumps(row) + "\n")
+    try:
+        os.rename(tmp, folder)  # atomic: concurrent builders race harmlessly
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def materialise(workspace: Path, cell: CellSpec, *, material: Path, base_model_dir: Path,
                 run_info: dict, agent_files: list[Path] = ()) -> Path:
     if workspace.exists():  # a half-made workspace from a crashed attempt is never reused
         shutil.rmtree(workspace)
     (workspace / "data").mkdir(parents=True)
     (workspace / "code").mkdir()
     (workspace / "output").mkdir()
-    (workspace / "instructions.md").write_text(instructions(cell, task_text))
-    with open(workspace / "data" / "train.jsonl", "w") as f:
-        for row in train_rows:
-            f.write(json.dumps(row) + "\n")
+    (workspace / "instructions.md").write_text(instructions(cell, (material / "instructions.md").read_text()))
+    shutil.copyfile(material / "train.jsonl", workspace / "data" / "train.jsonl")
     os.symlink(base_model_dir, workspace / "model", target_is_directory=True)
     for path in agent_files:
         shutil.copy2(path, workspace / "code" / path.name)

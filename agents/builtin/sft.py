@@ -26,8 +26,8 @@ from pathlib import Path
 DEFAULTS = {
     "steps_per_round": 250,
     "max_rounds": 20,
-    "learning_rate": 2e-3,
-    "batch_size": 32,
+    "learning_rate": 1e-3,
+    "batch_size": 16,
     "warmup_steps": 30,
     "lr_scheduler_type": "constant_with_warmup",
     "weight_decay": 0.0,
@@ -148,31 +148,34 @@ def train(model_path, rows: list[dict], output_dir, args: dict, seed: int, deadl
     saved: list[str] = []
 
     class Rounds(TrainerCallback):
-        """Saves and hands over a round every `steps` steps; stops when the next one would miss the deadline."""
+        """Saves and hands over a round at its last step. The next round gets `steps` steps, or fewer when only
+        fewer fit before the deadline (with its grading and the margin), or none when under a quarter fits."""
 
         def __init__(self):
-            self.start = None
+            self.start = self.first_step = None
+            self.round_end = steps
 
-        def on_step_end(self, state_args, state, control, **kw):
-            now = time.time()
-            if self.start is None:  # the first step includes warm-up costs; time from its end
-                self.start, self.first_step = now, state.global_step
+        def on_step_end(self, _args, state, control, **kw):
+            now, step = time.time(), state.global_step
+            if self.start is None:  # the first step carries warm-up costs; time from its end
+                self.start, self.first_step = now, step
+            per_step = (now - self.start) / (step - self.first_step) if step > self.first_step else None
+            reserve = grading_s() + float(args["margin_s"])
+            # Safety net: if the estimates were off and this round cannot finish, hand over what we have now.
+            late = per_step is not None and now + (self.round_end - step) * per_step + reserve > deadline
+            if step < self.round_end and not late:
                 return
-            per_step = (now - self.start) / max(1, state.global_step - self.first_step)
-            in_round = state.global_step % steps
-            left_in_round = (steps - in_round) % steps
-            # Safety net: if estimates were off and this round cannot finish, hand over what we have now.
-            late = now + left_in_round * per_step + grading_s() + args["margin_s"] > deadline
-            if in_round == 0 or late:
-                path = output_dir / f"round-{len(saved) + 1}"
-                kw["model"].save_pretrained(path)
-                tokenizer.save_pretrained(path)
-                saved.append(str(path))
-                log(f"round {len(saved)} saved at step {state.global_step} ({per_step:.3f} s/step)")
-                keep_going = on_round(str(path)) is not False
-                next_end = time.time() + steps * per_step + grading_s() + args["margin_s"]
-                if late or not keep_going or next_end > deadline:
-                    control.should_training_stop = True
+            path = output_dir / f"round-{len(saved) + 1}"
+            kw["model"].save_pretrained(path)
+            tokenizer.save_pretrained(path)
+            saved.append(str(path))
+            log(f"round {len(saved)} saved at step {step}" + (f" ({per_step:.3f} s/step)" if per_step else ""))
+            keep_going = on_round(str(path)) is not False
+            fit = int((deadline - time.time() - reserve) / per_step) if per_step else steps
+            if late or not keep_going or fit < max(1, steps // 4):
+                control.should_training_stop = True
+            else:
+                self.round_end = step + min(steps, fit)
 
     trainer = SFTTrainer(model=model, args=config, train_dataset=chat_dataset(rows), processing_class=tokenizer,
                          callbacks=[Rounds()])

@@ -11,14 +11,13 @@ Ray Serve deployment (`agents.proxy.deployment`). Cells live in one process: run
 """
 from __future__ import annotations
 
-import itertools
 import json
 import secrets
 import time
 from contextlib import asynccontextmanager
 
+import aiohttp
 import anyio
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -26,6 +25,7 @@ from agents.proxy.cells import Cell, CellRegistry
 from agents.proxy.protocols import (budget_status, caller_key, error_response, gemini_model_path,
                                     parse_json, prepare_body, protocol_of_path, response_headers,
                                     upstream_headers, upstream_url)
+from agents.proxy import upstream
 from agents.proxy.upstream import RetryPolicy, UpstreamUnreachable, send
 from agents.proxy.usage import (ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, StreamMeter, Usage,
                                 usage_from_body)
@@ -41,47 +41,23 @@ class ProxyState(CellRegistry):
     """
 
     def __init__(self, retry: RetryPolicy | None = None, admin_token: str | None = None,
-                 environ: dict | None = None, read_timeout_s: float = 600.0, pools: int = 8,
-                 max_connections_per_pool: int = 256, trust_env: bool = True):
+                 environ: dict | None = None, read_timeout_s: float = 600.0, max_connections: int = 2048,
+                 trust_env: bool = True):
         super().__init__(environ)
         self.retry = retry or RetryPolicy()
         self.admin_token = admin_token
-        self.read_timeout_s = read_timeout_s
-        self.pools, self.max_connections_per_pool = pools, max_connections_per_pool
-        self.trust_env = trust_env       # honour HTTPS_PROXY/NO_PROXY for the real upstreams
-        self._clients: list[httpx.AsyncClient] = []
-        self._next = itertools.count()
-
-    def open_clients(self) -> None:
-        # Created inside the serving event loop (lifespan), never at import or construction time.
-        # Several small pools, not one big one: httpcore scans (and polls) every pooled connection
-        # on each request, so with 64 streams in flight one pool cost ~2 ms of CPU per call.
-        ssl_context = httpx.create_ssl_context(trust_env=self.trust_env)   # loaded once, shared
-        self._clients = [
-            httpx.AsyncClient(
-                timeout=httpx.Timeout(connect=10.0, read=self.read_timeout_s, write=60.0, pool=60.0),
-                limits=httpx.Limits(max_connections=self.max_connections_per_pool,
-                                    max_keepalive_connections=self.max_connections_per_pool),
-                verify=ssl_context, trust_env=self.trust_env)
-            for _ in range(self.pools)]
-
-    async def close_clients(self) -> None:
-        for client in self._clients:
-            await client.aclose()
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        return self._clients[next(self._next) % len(self._clients)]
+        self.read_timeout_s, self.max_connections, self.trust_env = read_timeout_s, max_connections, trust_env
+        self.client: aiohttp.ClientSession | None = None   # opened by the app's lifespan, in its loop
 
 
 def make_app(state: ProxyState) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app):
-        state.open_clients()
+        state.client = upstream.session(state.read_timeout_s, state.max_connections, state.trust_env)
         try:
             yield
         finally:
-            await state.close_clients()
+            await state.client.close()
 
     app = FastAPI(title="a2rl driver proxy", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
@@ -209,48 +185,48 @@ async def proxy_call(state: ProxyState, request: Request, protocol: str, path: s
     facts.update(wait_s=wait_s, attempts=attempts)
     out_headers = response_headers(resp.headers)
 
-    if stream and resp.status_code < 400:
+    if stream and resp.status < 400:
         meter = StreamMeter(protocol)
         meter.sse = "text/event-stream" in resp.headers.get("content-type", "")
-        return StreamingResponse(relay(cell, resp, meter, record, facts), status_code=resp.status_code,
+        return StreamingResponse(relay(cell, resp, meter, record, facts), status_code=resp.status,
                                  headers=out_headers)
 
     try:
-        data = await resp.aread()
-    except httpx.HTTPError as exc:
+        data = await resp.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
         await record(status=502, error=f"upstream read failed: {type(exc).__name__}", **facts)
         return error_response(protocol, 502, "upstream", "upstream connection lost")
     finally:
-        await resp.aclose()
+        resp.release()
     data = scrub(cell, data)
-    ok = resp.status_code < 400
+    ok = resp.status < 400
     usage = usage_from_body(protocol, data) if ok else Usage()
     error = None if ok else data[:500].decode("utf-8", "replace")
-    await record(usage, status=resp.status_code, error=error, **facts)
-    return Response(data, status_code=resp.status_code, headers=out_headers)
+    await record(usage, status=resp.status, error=error, **facts)
+    return Response(data, status_code=resp.status, headers=out_headers)
 
 
-async def relay(cell: Cell, resp: httpx.Response, meter: StreamMeter, record, facts: dict):
+async def relay(cell: Cell, resp: aiohttp.ClientResponse, meter: StreamMeter, record, facts: dict):
     """Pass the upstream stream on chunk by chunk while metering it; record when it ends.
 
     The record is written (and fsynced) before the response closes, also when the agent hangs up
     or the upstream breaks off mid-stream: tokens the upstream produced are counted either way.
     """
     try:
-        async for chunk in resp.aiter_bytes():
+        async for chunk in resp.content.iter_any():
             meter.feed(chunk)
             yield scrub(cell, chunk)
     except BaseException as exc:   # noqa: BLE001 - recorded, then re-raised
         # Cancelled (the agent hung up) or broken: nothing can be awaited any more, so write now.
         error = "client disconnected" if isinstance(exc, (anyio.get_cancelled_exc_class(), GeneratorExit)) \
             else f"stream broken: {type(exc).__name__}: {exc}"
-        record(meter.usage(), status=resp.status_code, error=error, now=True, **facts)
+        record(meter.usage(), status=resp.status, error=error, now=True, **facts)
+        resp.close()   # drop the connection: the rest of this stream is not wanted
         raise
     else:
-        await record(meter.usage(), status=resp.status_code, **facts)
+        await record(meter.usage(), status=resp.status, **facts)
     finally:
-        with anyio.CancelScope(shield=True):
-            await resp.aclose()
+        resp.release()
 
 
 def scrub(cell: Cell, data: bytes) -> bytes:

@@ -65,20 +65,22 @@ class Cell:
 
     def record(self, **call) -> dict:
         """Count one call and append its line durably (write, then fsync) before returning."""
-        line, fd = self._append(**call)
-        _fsync_close(fd)
+        line, data = self._account(**call)
+        self._write(data)
         return line
 
     async def record_async(self, **call) -> dict:
-        """The same, with the fsync (milliseconds on a real disk) in a worker thread so the event loop
-        keeps serving other calls; returns once the line is on disk."""
-        line, fd = self._append(**call)
-        await asyncio.to_thread(_fsync_close, fd)
+        """The same, with the disk work (an fsync costs milliseconds on a real disk, and a write to
+        a file being fsynced waits for it) in a worker thread so the event loop keeps serving other
+        calls; returns once the line is on disk."""
+        line, data = self._account(**call)
+        await asyncio.to_thread(self._write, data)
         return line
 
-    def _append(self, *, t: float, endpoint: str, model: str | None, requested_model: str | None,
-                usage: Usage, latency_s: float, wait_s: float, attempts: int, status: int,
-                stream: bool, error: str | None) -> tuple[dict, int]:
+    def _account(self, *, t: float, endpoint: str, model: str | None, requested_model: str | None,
+                 usage: Usage, latency_s: float, wait_s: float, attempts: int, status: int,
+                 stream: bool, error: str | None) -> tuple[dict, bytes]:
+        # On the event loop, so the budget is up to date before the next call is checked.
         cost = cost_usd(usage, self.driver)
         self.calls += 1
         self.input_tokens += usage.input_tokens
@@ -100,16 +102,19 @@ class Cell:
         data = (json.dumps(line) + "\n").encode()
         if self.real_key:   # belt and braces: an upstream error message might quote the key
             data = data.replace(self.real_key.encode(), b"***")
-        # One os.write on an O_APPEND descriptor, on the event loop: whole lines, in call order. The
-        # fsync gets its own descriptor so close_cell cannot pull it away mid-sync.
+        return line, data
+
+    def _write(self, data: bytes) -> None:
+        # One os.write on an O_APPEND descriptor is one whole line, whatever else writes the file.
+        # The descriptor is our own duplicate so close_cell cannot pull it away mid-sync; after
+        # close_cell (a stream that outlived its cell) the file is opened just for this line.
         with self._lock:
             fd = os.dup(self._fd) if self._fd >= 0 else _open_append(self.records_path)
         try:
             os.write(fd, data)
-        except BaseException:
+            os.fsync(fd)
+        finally:
             os.close(fd)
-            raise
-        return line, fd
 
     def close(self) -> None:
         with self._lock:
@@ -184,9 +189,3 @@ class CellRegistry:
 def _open_append(path: str) -> int:
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
-
-def _fsync_close(fd: int) -> None:
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -1,6 +1,9 @@
 """Calling the real upstream: retries of rate limits, 5xx and lost connections with backoff.
 
 The time spent sleeping between attempts is returned so records can tell waiting from working.
+The client is aiohttp (a dependency of ray[serve]): relaying 64 concurrent streams, an httpx-based
+relay managed about a third of aiohttp's throughput on the same machine (pure-Python h11 parsing
+per chunk, and a pool that scans every connection on each request).
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
-import httpx
+import aiohttp
 
 
 @dataclass(frozen=True)
@@ -32,13 +35,13 @@ class UpstreamUnreachable(Exception):
         self.attempts, self.wait_s = attempts, wait_s
 
 
-def retryable(response: httpx.Response) -> bool:
+def retryable(response: aiohttp.ClientResponse) -> bool:
     if response.headers.get("x-should-retry") == "false":   # OpenAI/Anthropic: e.g. quota gone
         return False
-    return response.status_code == 429 or response.status_code >= 500
+    return response.status == 429 or response.status >= 500
 
 
-def retry_after(response: httpx.Response) -> float | None:
+def retry_after(response: aiohttp.ClientResponse) -> float | None:
     """Seconds the upstream asked us to wait (retry-after-ms, Retry-After seconds or HTTP date)."""
     h = response.headers
     try:
@@ -55,22 +58,33 @@ def retry_after(response: httpx.Response) -> float | None:
         return None
 
 
-# Failures before any response: the upstream never saw (or never answered) the request.
-_RETRY_EXC = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.RemoteProtocolError)
+def session(read_timeout_s: float = 600.0, max_connections: int = 2048,
+            trust_env: bool = True) -> aiohttp.ClientSession:
+    """The proxy's one upstream session; create it inside the serving event loop."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, keepalive_timeout=60),
+        # No total timeout: a long generation may stream for many minutes; a silent upstream may not.
+        timeout=aiohttp.ClientTimeout(total=None, connect=10, sock_read=read_timeout_s),
+        trust_env=trust_env)   # honour HTTPS_PROXY/NO_PROXY for the real upstreams
 
 
-async def send(client: httpx.AsyncClient, method: str, url: str, headers: dict, content: bytes,
-               policy: RetryPolicy) -> tuple[httpx.Response, int, float]:
+# Failures before any answer: the upstream never saw the request, or dropped a stale keep-alive
+# connection under it.
+_RETRY_EXC = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ConnectionTimeoutError)
+
+
+async def send(client: aiohttp.ClientSession, method: str, url: str, headers: dict, content: bytes,
+               policy: RetryPolicy) -> tuple[aiohttp.ClientResponse, int, float]:
     """Send until a non-retryable answer or attempts run out: (response with unread body, attempts, wait_s).
 
-    The response is opened in streaming mode so a streamed body can be passed on as it arrives; the
-    caller reads or closes it. The last attempt's answer is returned whatever its status.
+    Only the status and headers have been read, so a streamed body can be passed on as it arrives;
+    the caller reads it and releases the response. The last attempt's answer is returned whatever
+    its status.
     """
     wait_s = 0.0
     for attempt in range(1, policy.max_attempts + 1):
         try:
-            response = await client.send(client.build_request(method, url, headers=headers, content=content),
-                                         stream=True)
+            response = await client.request(method, url, headers=headers, data=content, allow_redirects=False)
         except _RETRY_EXC as exc:
             if attempt == policy.max_attempts:
                 raise UpstreamUnreachable(f"{type(exc).__name__}: {exc}", attempt, wait_s) from exc
@@ -80,7 +94,7 @@ async def send(client: httpx.AsyncClient, method: str, url: str, headers: dict, 
                 return response, attempt, wait_s
             asked = retry_after(response)
             delay = min(asked, policy.max_retry_after_s) if asked is not None else policy.backoff(attempt)
-            await response.aclose()
+            response.close()
         t = time.monotonic()
         await asyncio.sleep(delay)
         wait_s += time.monotonic() - t
