@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from agents.proxy import ProxyState, RetryPolicy, ThreadServer, make_app
-from agents.proxy.fake_upstream import FakeUpstream, Reply
-from agents.proxy.usage import Usage
+from agents.proxy import fake_upstream as fu
+from agents.proxy.fake_upstream import FakeUpstream, Reply, ToolCall
+from agents.proxy.usage import StreamMeter, Usage
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_KEY = "sk-real-" + secrets.token_hex(12)
@@ -126,6 +127,23 @@ def test_tokens_metered_exactly_as_upstream_reported(proxy, fake, tmp_path, prot
     assert key not in json.dumps(seen.headers) + seen.url
     if protocol == "openai_chat" and stream:
         assert seen.body["stream_options"] == {"include_usage": True}   # injected so usage is reported
+
+
+@pytest.mark.parametrize("protocol", ["anthropic", "openai_chat", "openai_responses", "gemini"])
+def test_stream_usage_survives_any_chunk_boundaries(protocol):
+    reply = Reply(text="some text to split", tool_calls=[ToolCall("Bash", {"command": "ls"})])
+    events = {"anthropic": lambda: fu.anthropic_sse(reply, "m", USAGE, 5),
+              "openai_chat": lambda: fu.chat_sse(reply, "m", USAGE, 5, include_usage=True),
+              "openai_responses": lambda: fu.responses_sse(reply, "m", USAGE, 5),
+              "gemini": lambda: [f"data: {json.dumps(c)}\r\n\r\n".encode()
+                                 for c in fu.gemini_chunks(reply, "m", USAGE, 5)]}[protocol]()
+    stream = b"".join(events)
+    for data in (stream, stream.replace(b"\n", b"\r\n") if protocol != "gemini" else stream):
+        for size in (1, 7, 64, len(data)):
+            meter = StreamMeter(protocol)
+            for i in range(0, len(data), size):
+                meter.feed(data[i:i + size])
+            assert meter.usage() == USAGE, (size, data[:40])
 
 
 @pytest.mark.parametrize("protocol", ["anthropic", "openai_chat", "openai_responses", "gemini"])

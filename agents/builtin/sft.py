@@ -98,6 +98,8 @@ class Submitter:
         self._pool.submit(self._submit, model_path)
 
     def _submit(self, model_path: str) -> None:
+        if self.stop:  # a submission queued before the grader said no more
+            return
         start = time.time()
         status, answer = submit(self.grading_url, self.token, model_path,
                                 timeout=max(10.0, self.deadline - time.time()))

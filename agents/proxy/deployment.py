@@ -17,7 +17,7 @@ from agents.proxy.app import ProxyState, make_app
 from agents.proxy.upstream import RetryPolicy
 
 
-@serve.deployment(num_replicas=1, max_ongoing_requests=2048, max_queued_requests=-1)
+@serve.deployment(num_replicas=1, max_ongoing_requests=2048)   # default 5 would queue streams
 @serve.ingress()
 class DriverProxy:
     def __init__(self, retry: dict | None = None, admin_token: str | None = None):

@@ -415,10 +415,10 @@ class FakeUpstream:
             self.calls += 1
             if self.keep_requests:
                 self.requests.append(req)
+            if self.expect_key is not None and key != self.expect_key:
+                return JSONResponse(error_body(protocol, 401, "invalid api key"), 401)
             failing = self.failures < self.fail_first
             self.failures += failing
-        if self.expect_key is not None and key != self.expect_key:
-            return JSONResponse(error_body(protocol, 401, "invalid api key"), 401)
         if failing:
             headers = {} if self.retry_after is None else {"retry-after": str(self.retry_after)}
             return JSONResponse(error_body(protocol, self.fail_status, "scripted failure"), self.fail_status,
