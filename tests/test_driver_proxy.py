@@ -243,6 +243,19 @@ def test_5xx_retried_with_backoff_then_passed_through_when_attempts_run_out(prox
     assert failed["wait_s"] > 0.03 * 7 and "scripted failure" in failed["error"]   # 0.05 + 0.1 + 0.2, +-25%
 
 
+def test_unreachable_upstream_is_retried_then_a_recorded_502(proxy, tmp_path):
+    state, url = proxy
+    rec = tmp_path / "calls.jsonl"
+    dead = {"name": "dead", "provider": "openai", "model": "m", "base_url": f"http://127.0.0.1:{_free_port()}/v1",
+            "api_key_env": "FAKE_KEY"}
+    key = state.register_cell("c11", dead, {}, str(rec))
+    r = call(url, "openai_responses", key, stream=True)
+    assert r.status_code == 502 and r.json()["error"]["type"] == "server_error"
+    [line] = records(rec)
+    assert line["status"] == 502 and line["attempts"] == 4 and line["wait_s"] > 0.2
+    assert line["error"].startswith("upstream unreachable: ClientConnectorError")
+
+
 def test_real_key_never_reaches_the_agent_or_the_records(proxy, fake, tmp_path):
     state, url = proxy
     rec = tmp_path / "calls.jsonl"
@@ -374,26 +387,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_as_ray_serve_deployment(fake, tmp_path):
-    ray = pytest.importorskip("ray")
+def test_as_ray_serve_deployment(ray_cluster, grading_port, fake, tmp_path):
+    """The same app as a Serve deployment on the session's Serve (conftest), driven via its handle."""
     from ray import serve
 
     from agents.proxy.deployment import DriverProxy
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started_ray = not ray.is_initialized()
-    if started_ray:
-        ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     app_name = "driver_proxy_test"
+    # The real key reaches the replica through its environment, never through the agent.
+    deployment = DriverProxy.options(ray_actor_options={"runtime_env": {"env_vars": {"FAKE_KEY": REAL_KEY}}})
+    handle = serve.run(deployment.bind(retry={"base_s": 0.05}), name=app_name, route_prefix="/driver_proxy_test")
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": _free_port()})
-        port = serve.context._get_global_client().http_config.port   # an already running Serve keeps its own
-        deployment = DriverProxy.options(ray_actor_options={"runtime_env": {"env_vars": {"FAKE_KEY": REAL_KEY}}})
-        handle = serve.run(deployment.bind(retry={"base_s": 0.05}), name=app_name, route_prefix="/driver")
         rec = tmp_path / "serve.jsonl"
         key = handle.register_cell.remote("s1", driver("openai", fake), {"max_tokens": 2000}, str(rec)).result()
 
-        base = f"http://127.0.0.1:{port}/driver"
+        base = f"http://127.0.0.1:{grading_port}/driver_proxy_test"
         r = call(base, "openai_responses", key, stream=True)
         assert r.status_code == 200 and "response.completed" in r.text
         assert call(base, "anthropic", key).status_code == 200
@@ -406,6 +414,3 @@ def test_as_ray_serve_deployment(fake, tmp_path):
         assert call(base, "anthropic", key).status_code == 401
     finally:
         serve.delete(app_name)
-        if started_ray:
-            serve.shutdown()
-            ray.shutdown()

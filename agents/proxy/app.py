@@ -6,7 +6,7 @@ the real key, passes streams through as they arrive, reads token usage from the 
 fields, records each call durably, and refuses calls (in the provider's error shape) once the cell's
 token or cost budget is spent.
 
-Run it with uvicorn (`python -m agents.proxy`, or `agents.proxy.server.start_in_thread`) or as a
+Run it with uvicorn (`python -m agents.proxy`, or `agents.proxy.ThreadServer` in-process) or as a
 Ray Serve deployment (`agents.proxy.deployment`). Cells live in one process: run one replica.
 """
 from __future__ import annotations
@@ -22,10 +22,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from agents.proxy.cells import Cell, CellRegistry
+from agents.proxy import upstream
 from agents.proxy.protocols import (budget_status, caller_key, error_response, gemini_model_path,
                                     parse_json, prepare_body, protocol_of_path, response_headers,
                                     upstream_headers, upstream_url)
-from agents.proxy import upstream
 from agents.proxy.upstream import RetryPolicy, UpstreamUnreachable, send
 from agents.proxy.usage import (ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, StreamMeter, Usage,
                                 usage_from_body)

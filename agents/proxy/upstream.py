@@ -89,6 +89,8 @@ async def send(client: aiohttp.ClientSession, method: str, url: str, headers: di
             if attempt == policy.max_attempts:
                 raise UpstreamUnreachable(f"{type(exc).__name__}: {exc}", attempt, wait_s) from exc
             delay = policy.backoff(attempt)
+        except (aiohttp.ClientError, TimeoutError) as exc:   # e.g. reset mid-request, a bad base_url
+            raise UpstreamUnreachable(f"{type(exc).__name__}: {exc}", attempt, wait_s) from exc
         else:
             if attempt == policy.max_attempts or not retryable(response):
                 return response, attempt, wait_s

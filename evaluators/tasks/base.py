@@ -39,6 +39,17 @@ class Task:
         """In [0, 1]."""
         raise NotImplementedError
 
+    def evaluate(self, backend, loaded, rows: list[dict], max_new_tokens: int) -> dict:
+        """Score a loaded model on ``rows``: ``{score, n, items: [{id, completion, score}, ...]}``.
+
+        The default is single-turn: one greedy reply per row (batched by the backend), scored by :meth:`score`,
+        averaged. Interactive tasks (level 3) override it with multi-turn rollouts."""
+        completions = backend.generate(loaded, [self.messages(row) for row in rows], max_new_tokens)
+        items = [{"id": row["id"], "completion": completion, "score": float(self.score(completion, row))}
+                 for row, completion in zip(rows, completions)]
+        score = sum(item["score"] for item in items) / len(items) if items else 0.0
+        return {"score": score, "n": len(items), "items": items}
+
 
 def load_task(task_cfg: dict) -> Task:
     """Build the task a config describes. Every key except SERVICE_KEYS goes to the constructor."""

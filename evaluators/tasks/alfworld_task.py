@@ -1,0 +1,271 @@
+"""Level-3 task ``alfworld``: household text games played step by step; the score is the eval success rate x100.
+
+Games: generated offline (``envs.alfworld.generator``, six task types) or upstream ALFWorld data (``data_path``).
+They live under CACHE_DIR/grading/alfworld/<key>/{train,eval} (hidden from agents): built once, under a file lock,
+by whichever process needs them first (grader, rollout service or orchestrator). The eval split is salted with a
+secret (``eval_salt`` in the config, else a random salt kept in CACHE_DIR/grading/alfworld-eval-salt), so knowing the
+generator and its seeds does not rebuild it. Train games are generated from a disjoint seed range, and any train
+game equal to an eval game is dropped.
+
+- ``train_rows()``: expert trajectories on the train games, one SFT row per step (the agent's data/train.jsonl).
+- ``eval_rows()``: one row per eval game (grader side only).
+- ``evaluate()``: ReAct-style rollouts of the submitted model on every eval game in lockstep, one batched greedy
+  ``backend.generate`` per step over the still-active games, at most ``max_steps`` steps; score = 100 x won / games.
+- ``train_games()``: what the rollout service serves (``envs.rollout_service``).
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import tempfile
+from contextlib import contextmanager
+from functools import cached_property
+from pathlib import Path
+
+from evaluators.tasks.base import Task
+
+SALT_FILE = "alfworld-eval-salt"
+
+
+def default_cache_dir() -> Path:
+    """The same default as conf/config.yaml's cache_dir (the orchestrator exports A2RL_CACHE_DIR to Ray)."""
+    return Path(os.environ.get("A2RL_CACHE_DIR") or Path.home() / ".cache" / "a2rl").expanduser().resolve()
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class AlfWorldTask(Task):
+    def __init__(self, name: str, n_train: int = 24, n_eval: int = 12, seed: int = 0,
+                 task_types: list[str] | None = None, level: int = 3, max_steps: int = 50,
+                 expert: str = "search", eval_salt: str | None = None, data_path: str | None = None,
+                 build_workers: int = 1, eval_workers: int = 0, description: str = "",
+                 rollout: dict | None = None, cache_dir: str | None = None):
+        """n_train / n_eval: generated games per split (with data_path: caps, 0 = all); task_types: the six upstream
+        types or aliases (pick, look, clean, heat, cool, pick_two), cycled; expert: "search" or "planner" (the SFT
+        trajectories); build_workers: processes generating games; eval_workers: processes stepping eval games during
+        grading (0: in the grader's process); rollout: the rollout service's settings (see envs.rollout_service);
+        cache_dir: where games live (default: $A2RL_CACHE_DIR or ~/.cache/a2rl)."""
+        super().__init__(name, level)
+        if int(level) != 3:
+            raise ValueError(f"task {name}: ALFWorld is an interactive (level 3) task, got level={level}")
+        if expert not in ("search", "planner"):
+            raise ValueError(f"task {name}: expert={expert!r} must be 'search' or 'planner'")
+        self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
+        self.task_types = list(task_types) if task_types else None
+        self.max_steps = int(max_steps)
+        self.expert = expert
+        self.eval_salt = eval_salt
+        self.data_path = data_path
+        self.build_workers = int(build_workers)
+        self.eval_workers = int(eval_workers)
+        self.description = description
+        self.rollout = dict(rollout or {})
+        self.cache_dir = Path(cache_dir).expanduser().resolve() if cache_dir else default_cache_dir()
+        if not data_path and (self.n_train < 1 or self.n_eval < 1):
+            raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1")
+
+    # -- games ------------------------------------------------------------------------------------------------
+    def _salt(self) -> str:
+        if self.eval_salt:
+            return str(self.eval_salt)
+        path = self.cache_dir / "grading" / SALT_FILE
+        with _locked(path.with_name(f".{SALT_FILE}.lock")):
+            if not path.exists():
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(secrets.token_hex(16))
+        return path.read_text().strip()
+
+    @cached_property
+    def games_dir(self) -> Path:
+        """CACHE_DIR/grading/alfworld/<key>: the key covers everything that decides the games."""
+        from envs.alfworld.generator import GENERATOR_VERSION
+
+        salt_digest = hashlib.sha256(self._salt().encode()).hexdigest()
+        spec = [GENERATOR_VERSION, self.n_train, self.n_eval, self.seed, self.task_types, salt_digest,
+                str(self.data_path or "")]
+        key = hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
+        return self.cache_dir / "grading" / "alfworld" / key
+
+    @cached_property
+    def _splits(self) -> dict[str, list[Path]]:
+        from envs.alfworld import game_sets
+
+        if self.data_path:
+            return game_sets(self.games_dir, self.n_train, self.n_eval, data_path=self.data_path,
+                             task_types=self.task_types)
+        final = self.games_dir
+        if not (final / "done.json").exists():
+            with _locked(final.parent / f".{final.name}.lock"):
+                if not (final / "done.json").exists():
+                    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+                    try:
+                        from envs.alfworld.generator import build_splits
+
+                        build_splits(tmp, self.n_train, self.n_eval, self.seed, self.task_types,
+                                     eval_salt=self._salt(), eval_dir=tmp / "eval", workers=self.build_workers)
+                        (tmp / "done.json").write_text(json.dumps({"n_train": self.n_train, "n_eval": self.n_eval}))
+                        shutil.rmtree(final, ignore_errors=True)
+                        os.rename(tmp, final)
+                    finally:
+                        shutil.rmtree(tmp, ignore_errors=True)
+        return {split: sorted((final / split).rglob("game.tw-pddl")) for split in ("train", "eval")}
+
+    def game_name(self, path: Path) -> str:
+        """A game's public name: its folder (generated) or its last two folders (upstream data)."""
+        return path.parent.name if not self.data_path else "/".join(path.parent.parts[-2:])
+
+    def train_games(self) -> list[Path]:
+        return list(self._splits["train"])
+
+    def eval_games(self) -> list[Path]:
+        return list(self._splits["eval"])
+
+    # -- rows -------------------------------------------------------------------------------------------------
+    @cached_property
+    def _train(self) -> list[dict]:
+        path = self.games_dir / f"train-{self.expert}.jsonl"
+        games = self.train_games()  # builds the splits first (under their own lock)
+        if not path.exists():
+            with _locked(path.with_name(f".{path.name}.lock")):
+                if not path.exists():
+                    from envs.alfworld.expert import expert_steps, trajectory_records
+
+                    rows = []
+                    for game in games:
+                        episode = expert_steps(game, mode=self.expert, max_steps=self.max_steps)
+                        for rec in trajectory_records(episode, game_name=self.game_name(game)):
+                            rows.append(self._train_row(rec))
+                    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+                    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+                    os.replace(tmp, path)
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def _train_row(self, rec: dict) -> dict:
+        system, user, assistant = rec["messages"]
+        return {"id": f"{self.name}-train-{rec['game']}-{rec['step']}", "prompt": user["content"],
+                "completion": assistant["content"], "answer": assistant["content"],
+                "messages": [system, user], "game": rec["game"], "task": rec["task"], "task_type": rec["task_type"],
+                "step": rec["step"], "expert": rec["expert"]}
+
+    def train_rows(self) -> list[dict]:
+        return [dict(row) for row in self._train]
+
+    def eval_rows(self) -> list[dict]:
+        rows = []
+        for i, game in enumerate(self.eval_games()):
+            traj = game.parent / "traj_data.json"
+            task_type = json.loads(traj.read_text()).get("task_type", "") if traj.exists() else ""
+            rows.append({"id": f"{self.name}-eval-{i}", "game": str(game), "task_type": task_type})
+        return rows
+
+    def messages(self, row: dict) -> list[dict]:
+        """A train row's chat as the grader sends it (system + user); see envs.alfworld.prompt."""
+        if "messages" in row:
+            return [dict(m) for m in row["messages"]]
+        from envs.alfworld.prompt import SYSTEM_PROMPT
+
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["prompt"]}]
+
+    def score(self, completion: str, row: dict) -> float:
+        """One step's reply against the expert's command (not the grade: see evaluate)."""
+        from envs.alfworld.prompt import parse_command
+
+        return float(parse_command(completion) == parse_command(row.get("answer", "")))
+
+    # -- grading ----------------------------------------------------------------------------------------------
+    def evaluate(self, backend, loaded, rows: list[dict], max_new_tokens: int) -> dict:
+        """Lockstep greedy rollouts on the rows' games: {score: 100 x success rate, n, items}."""
+        from envs.alfworld.rollouts import play_batch
+
+        episodes = play_batch([row["game"] for row in rows],
+                              lambda chats: backend.generate(loaded, chats, max_new_tokens),
+                              max_steps=self.max_steps, workers=self.eval_workers)
+        items = [{"id": row["id"], "task_type": row.get("task_type", ""), "score": float(ep["won"]),
+                  "steps": ep["steps"], "task": ep["task"], "commands": ep["commands"],
+                  "completion": ep["replies"][-1] if ep["replies"] else ""}
+                 for row, ep in zip(rows, episodes)]
+        won = sum(item["score"] for item in items)
+        return {"score": 100.0 * won / len(items) if items else 0.0, "n": len(items), "items": items}
+
+    # -- the agent's view ---------------------------------------------------------------------------------------
+    def instructions(self) -> str:
+        from envs.alfworld.prompt import SYSTEM_PROMPT
+
+        rows = self._train
+        example = rows[min(3, len(rows) - 1)]
+        limit = int(self.rollout.get("max_sessions_per_run", 16))
+        idle = float(self.rollout.get("idle_timeout_s", 300))
+        max_new = self.grader.get("max_new_tokens", 16)
+        n_games = len(self.train_games())
+        return f"""{self.description.strip() or "ALFWorld: household text games (find, take, clean, heat, cool, place)."}
+
+You post-train a model that plays text household games ("put a clean mug in the coffeemachine", "look at the book
+under the desklamp", ...). Each step the model sees the task, its previous commands, the game's last answer and the
+list of admissible commands, and replies with the next command. A game is won when its goal holds; at most
+{self.max_steps} steps per game.
+
+## Data
+
+`data/train.jsonl` holds {len(rows)} steps of expert play on the {n_games} train games, one JSON object a line:
+
+- `messages`: the exact chat the grader sends at that step (system + user)
+- `prompt`: the user message alone; `completion` (= `answer`): the expert's command
+- `game`, `task`, `task_type`, `step`: which train game and step it comes from
+
+Example:
+
+```json
+{json.dumps(example, ensure_ascii=False)}
+```
+
+The expert searches receptacles in a fixed order; it never sees hidden information.
+
+## How the grader plays and scores
+
+The hidden eval split has {self.n_eval} other games of the same kinds. For each, the grader resets the game and, every
+step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
+add_generation_prompt=True)`) and decodes greedily, at most {max_new} new tokens, stopping at the eos token:
+
+    system:    {SYSTEM_PROMPT}
+    user:      Task: <task sentence>.
+               Previous commands: <c1>; <c2>; ... (or "none")
+               Observation: <the game's last answer, without the welcome banner>
+               Admissible commands:
+               <one command per line>
+               Reply with the next command.
+
+The reply's first non-empty line is the command ("Action:" or "> " prefixes, quotes, a trailing period and case are
+forgiven); a command the game does not know is answered "Nothing happens." and costs a step. All eval games are played
+in lockstep, in batches. The score is **100 x the fraction of eval games won** within {self.max_steps} steps.
+
+## Rollout service (train games only)
+
+Play the {n_games} train games online, e.g. for RL, with the same run token (`Authorization: Bearer $A2RL_RUN_TOKEN`);
+the service's URL is `$A2RL_ROLLOUT_URL` (= `$GRADING_SERVER_URL/env`; also `rollout_url` in run.json):
+
+- `GET  /env/games` -> `{{"games": [{{"index", "name", "task_type"}}], "max_steps", "max_sessions"}}` (names match the
+  `game` field of the train data)
+- `POST /env/reset {{"game": <index or name, optional: random if absent>, "session_id": <optional: reuse one>,
+  "actions": [<optional commands replayed after the reset>]}}` -> `{{"session_id", "game", "task", "observation",
+  "admissible_commands", "won", "done", "steps"}}`
+- `POST /env/step {{"session_id", "command"}}` -> `{{"observation", "admissible_commands", "reward" (1 when won),
+  "won", "done", "steps"}}`. An unknown command is answered by the game ("Nothing happens.").
+- `POST /env/close {{"session_id"}}` frees a session.
+
+At most {limit} open sessions per run (429 beyond); a session idle for {idle:.0f} s is closed. Episodes end after
+{self.max_steps} steps (`done`). Errors are JSON `{{"error", "code"}}` with 4xx status.
+"""
