@@ -23,6 +23,14 @@ from orchestrator.specs import CellSpec
 from orchestrator.workspace import agent_env, materialise, task_material
 
 POLL_S = 0.2
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def sandbox_paths(layout: Layout) -> tuple[list[Path], list[Path]]:
+    """What the sandbox hides and what it binds back read-only, computed on the node that runs the agent."""
+    hidden = [PROJECT_ROOT, Path("/tmp"), Path.home(), *layout.hidden_from_agents()]
+    readonly = [*sandbox.python_paths(), layout.models_cache]
+    return hidden, readonly
 
 
 def agent_argv(cell: CellSpec) -> tuple[list[str], list[Path]]:
@@ -65,9 +73,9 @@ def run_cell(config: dict) -> None:
         "max_submissions": cell.budget.max_submissions}).result()
 
     env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
+    hidden, readonly = sandbox_paths(layout)
     proc = sandbox.start(argv, workspace, env, adir / "agent.stdout", adir / "agent.stderr",
-                         sandboxed=opts["sandboxed"], hidden=[Path(p) for p in opts["hidden"]],
-                         readonly=[Path(p) for p in opts["readonly"]])
+                         sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly)
     agent_started = time.time()
     subs, calls = JsonlTail(adir / SUBMISSIONS), JsonlTail(adir / DRIVER_CALLS)
     state = {"best": None, "n": 0, "driver_calls": 0}

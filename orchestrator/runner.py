@@ -18,7 +18,6 @@ from orchestrator.specs import CellSpec
 from orchestrator.sweep import check_cluster, expand
 from orchestrator.workspace import task_material
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EMULATED_GPU = "emulated_gpu"
 
 
@@ -111,13 +110,6 @@ def start_ray(cluster: DictConfig) -> None:
         ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level="WARNING")
 
 
-def sandbox_opts(cfg: DictConfig, layout: Layout, sandboxed: bool) -> dict:
-    hidden = [PROJECT_ROOT, Path("/tmp"), Path.home(), *layout.hidden_from_agents()]
-    readonly = [*sandbox.python_paths(), layout.models_cache]
-    return {"sandboxed": sandboxed, "hidden": [str(p) for p in hidden], "readonly": [str(p) for p in readonly],
-            "kill_grace_s": float(cfg.sandbox.kill_grace_s)}
-
-
 def start_graders(cfg: DictConfig, tasks: list[dict], emulated: bool) -> str:
     import logging
 
@@ -193,7 +185,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
         if cfg.logger.kind == "wandb":
             callbacks.append(WandbCallback(cfg.logger.project, cfg.logger.get("entity"), wandb_mode(cfg.logger.mode),
                                            layout.output_dir))
-        opts = {**sandbox_opts(cfg, layout, sandboxed), "grading_url": url}
+        opts = {"sandboxed": sandboxed, "kill_grace_s": float(cfg.sandbox.kill_grace_s), "grading_url": url}
         trainable = tune.with_resources(
             run_cell, lambda config: tune.PlacementGroupFactory(
                 [resources_of(CellSpec.from_dict(config["cell"]), emulated)]))

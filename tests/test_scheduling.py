@@ -149,3 +149,17 @@ def test_sandbox_hides_secrets_and_other_cells(run_sweep, cache_dir, tmp_path):
         assert "WORKSPACES_SEEN 1" in text  # its own, never another cell's
         for fact in ("SYSTEM_READONLY", "WORKSPACE_WRITABLE", "MODEL_VISIBLE", "TRAIN_VISIBLE"):
             assert fact in text, text
+
+
+def test_infra_errors_are_retried_by_tune_then_recorded(run_sweep, tmp_path):
+    """A workspace root that cannot be created is the system's fault: retried, then infra_error."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the workspace root should be")
+    _, text, out = run_sweep(["sweep=smoke", "sweep.agents=[noop]", f"cluster.workspace_root={blocker}/ws",
+                              "cluster.max_retries=1"])
+    row = next(iter(ledger_of(out).cells().values()))
+    assert row["status"] == "infra_error", row
+    assert row["attempts"] == 2  # the first try and one retry
+    assert "ws" in row["error"] and ("NotADirectoryError" in row["error"] or "FileExistsError" in row["error"])
+    kinds = [e["payload"].get("status") for e in ledger_of(out).events(kind="status")]
+    assert "retrying" in kinds and "retrying" in text
