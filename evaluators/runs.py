@@ -63,6 +63,32 @@ class RunRegistry:
     def forget(self, token: str) -> None:
         self.runs.pop(token, None)
 
+    # -- environment sessions of the rollout service (level 3): counted here so every replica sees one limit --------
+    def claim_session(self, token: str, session_id: str, limit: int) -> str | None:
+        """Count a new session against the run's limit; None when granted, else why not."""
+        run = self.runs.get(token)
+        if run is None or run["closed"]:
+            return "unknown or closed run token"
+        if time.time() >= run["deadline"]:
+            return "time budget exhausted"
+        sessions = run.setdefault("sessions", set())
+        if len(sessions) >= limit:
+            return f"session limit reached ({limit} open); close one (POST /env/close) or wait for idle ones to expire"
+        sessions.add(session_id)
+        return None
+
+    def release_sessions(self, token: str, session_ids: list[str] | None = None) -> int:
+        """Forget closed sessions (all of the run's when session_ids is None); returns how many remain open."""
+        run = self.runs.get(token)
+        if run is None:
+            return 0
+        sessions = run.setdefault("sessions", set())
+        if session_ids is None:
+            sessions.clear()
+        else:
+            sessions.difference_update(session_ids)
+        return len(sessions)
+
 
 _owned = []  # the creator keeps a handle: a non-detached actor lives as long as its owner holds one
 

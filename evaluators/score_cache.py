@@ -12,9 +12,13 @@ from orchestrator.records import write_json_durably
 from orchestrator.specs import task_identity
 
 
+# Bump when what a score means changes (scale, scoring rule), so no stale cached score is served.
+SCORING_VERSION = 2  # 2: scores are percentages
+
+
 def split_key(task_cfg: dict) -> str:
     """What decides a score besides the weights: the task's data and grading settings, not its resources."""
-    blob = json.dumps(task_identity(task_cfg), sort_keys=True, default=str)
+    blob = json.dumps([SCORING_VERSION, task_identity(task_cfg)], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

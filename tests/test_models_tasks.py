@@ -30,18 +30,19 @@ def task_config(name: str, **overrides) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("a2rl-cache")
+def models_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("a2rl-models")
 
 
 @pytest.fixture(scope="module")
-def tiny(cache_dir) -> Path:
-    return resolve_base_model("tiny", cache_dir)
+def tiny(models_dir) -> Path:
+    return resolve_base_model("tiny", models_dir)
 
 
 @pytest.fixture(scope="module")
 def backend() -> TransformersBackend:
-    return TransformersBackend(batch_size=8, device="cpu")
+    # One thread: with two, torch's thread pool stalls whenever the other core is busy (measured 20-50x slower).
+    return TransformersBackend(batch_size=8, device="cpu", torch_threads=1)
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +73,13 @@ def test_concurrent_builds_yield_one_complete_model(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert all(p.returncode == 0 for p in procs)
-    assert outs[0] == outs[1] == str(tmp_path / "models" / "tiny")
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [".tiny.lock", "tiny"]
+    assert outs[0] == outs[1] == str(tmp_path / "tiny")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tiny.lock", "tiny"]
 
 
 @pytest.mark.skipif(os.environ.get("A2RL_SLOW") != "1", reason="converts SmolLM2 from GGUF (~20 s); A2RL_SLOW=1")
-def test_smollm2_converts_to_a_plain_model(cache_dir, backend):
-    path = resolve_base_model("smollm2-135m", cache_dir)
+def test_smollm2_converts_to_a_plain_model(models_dir, backend):
+    path = resolve_base_model("smollm2-135m", models_dir)
     assert "quantization_config" not in json.loads((path / "config.json").read_text())
     loaded = backend.load(path)
     [reply] = backend.generate(loaded, [[{"role": "user", "content": "What is 2 + 3?"}]], max_new_tokens=12)
@@ -232,7 +233,14 @@ def test_sft_beats_the_base_model(tiny, backend, arithmetic, tmp_path):
     assert saved == rounds == [str(tmp_path / "output" / f"round-{i}") for i in (1, 2)]
     result = evaluate(arithmetic, backend, saved[-1])
     assert result["n"] == 200 and result["digest"] != baseline["digest"]
-    assert result["score"] >= baseline["score"] + 0.1, (baseline["score"], result["score"])
+    assert result["score"] >= baseline["score"] + 10, (baseline["score"], result["score"])  # percentage points
+
+    # a trained model stops at eos after a few tokens: batching (uneven lengths, padding) must still not matter
+    loaded = backend.load(saved[-1])
+    conversations = [arithmetic.messages(r) for r in arithmetic.eval_rows()[:24]]
+    assert backend.generate(loaded, conversations, 16) == \
+        [backend.generate(loaded, [c], 16)[0] for c in conversations]
+    backend.unload(loaded)
 
 
 class StubGrader(BaseHTTPRequestHandler):

@@ -120,16 +120,16 @@ class Submitter:
 
 
 def train(model_path, rows: list[dict], output_dir, args: dict, seed: int, deadline: float,
-          on_round) -> list[str]:
+          on_round, grading_s=None) -> list[str]:
     """Train in rounds of args["steps_per_round"]; after each, save output_dir/round-N and call
-    on_round(path) -> bool (False: stop). Stops before a round (plus its grading, args["grading_s"]())
-    that cannot end before the deadline. Returns the saved round directories."""
+    on_round(path) -> bool (False: stop). A round is only started when it and its grading (grading_s(): the
+    current estimate in seconds) end before the deadline. Returns the saved round directories."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
     from trl import SFTConfig, SFTTrainer
 
     args = {**DEFAULTS, **(args or {})}
-    grading_s = args.get("grading_s") or (lambda: float(args["grading_estimate_s"]))
+    grading_s = grading_s or (lambda: float(args["grading_estimate_s"]))
     if args["threads"]:
         torch.set_num_threads(int(args["threads"]))
     set_seed(seed)
@@ -140,8 +140,9 @@ def train(model_path, rows: list[dict], output_dir, args: dict, seed: int, deadl
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     steps, rounds = int(args["steps_per_round"]), int(args["max_rounds"])
     config = SFTConfig(
-        output_dir=str(output_dir / ".trainer"), max_steps=steps * rounds, per_device_train_batch_size=int(args["batch_size"]),
-        learning_rate=float(args["learning_rate"]), lr_scheduler_type=args["lr_scheduler_type"],
+        output_dir=str(output_dir / ".trainer"), max_steps=steps * rounds,
+        per_device_train_batch_size=int(args["batch_size"]), learning_rate=float(args["learning_rate"]),
+        lr_scheduler_type=args["lr_scheduler_type"],
         warmup_steps=int(args["warmup_steps"]), weight_decay=float(args["weight_decay"]),
         max_length=int(args["max_length"]), seed=seed, data_seed=seed, bf16=bf16, use_cpu=not use_gpu,
         save_strategy="no", report_to=[], logging_steps=max(1, steps // 5), disable_tqdm=True,
@@ -193,7 +194,6 @@ def main() -> int:
     log(f"{len(rows)} training rows, {deadline - time.time():.0f} s left, args {args}")
     submitter = Submitter(run["grading_url"], run["run_token"], deadline, run.get("max_submissions"),
                           args["grading_estimate_s"])
-    args["grading_s"] = lambda: submitter.grading_s
 
     def on_round(path: str) -> bool:
         # submit the path relative to the workspace, as the grading API expects
@@ -203,7 +203,8 @@ def main() -> int:
     if not submitter.can_submit():
         log("no submissions allowed; nothing to do")
         return 0
-    saved = train(run["model_path"], rows, run["output_dir"], args, int(run.get("seed", 0)), deadline, on_round)
+    saved = train(run["model_path"], rows, run["output_dir"], args, int(run.get("seed", 0)), deadline, on_round,
+                  grading_s=lambda: submitter.grading_s)
     submitter.wait()
     best = max((r.get("score", 0.0) for r in submitter.results if r["status"] == 200), default=None)
     log(f"done: {len(saved)} round(s) saved, {len(submitter.results)} graded, best score {best}")

@@ -42,17 +42,25 @@ class Task:
     def evaluate(self, backend, loaded, rows: list[dict], max_new_tokens: int) -> dict:
         """Score a loaded model on ``rows``: ``{score, n, items: [{id, completion, score}, ...]}``.
 
-        The default is single-turn: one greedy reply per row (batched by the backend), scored by :meth:`score`,
-        averaged. Interactive tasks (level 3) override it with multi-turn rollouts."""
+        The score is a percentage (0-100) for every task, as in the paper, so improvements pool across tasks.
+        The default is single-turn: one greedy reply per row (batched by the backend), scored by :meth:`score`
+        (0-1 per item), averaged. Interactive tasks (level 3) override it with multi-turn rollouts."""
         completions = backend.generate(loaded, [self.messages(row) for row in rows], max_new_tokens)
         items = [{"id": row["id"], "completion": completion, "score": float(self.score(completion, row))}
                  for row, completion in zip(rows, completions)]
-        score = sum(item["score"] for item in items) / len(items) if items else 0.0
+        score = 100.0 * sum(item["score"] for item in items) / len(items) if items else 0.0
         return {"score": score, "n": len(items), "items": items}
 
 
 def load_task(task_cfg: dict) -> Task:
     """Build the task a config describes. Every key except SERVICE_KEYS goes to the constructor."""
+    try:  # a Hydra node: plain containers, so generators get lists and dicts they can check
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(task_cfg, DictConfig):
+            task_cfg = OmegaConf.to_container(task_cfg, resolve=True)
+    except ImportError:
+        pass
     cfg = dict(task_cfg)
     target = cfg.get("cls")
     if not target or ":" not in str(target):
