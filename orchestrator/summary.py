@@ -41,7 +41,7 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
 def _f(x, signed=False) -> str:
     if x is None or x != x:
         return "-"
-    return f"{x:+.3f}" if signed else f"{x:.3f}"
+    return f"{x:+.2f}" if signed else f"{x:.2f}"
 
 
 def print_summary(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> list[dict]:
