@@ -24,15 +24,16 @@ def best_so_far(events: pd.DataFrame, axis: str, cell_ids=None) -> pd.DataFrame:
     is metered (they have driver_usage events) appear; x is the tokens used up to each submission."""
     if axis not in AXES:
         raise ValueError(f"axis={axis!r}; use one of {AXES}")
-    subs = tables.submissions(events)
+    subs = dict(tuple(tables.submissions(events).groupby("cell_id")))
     cell_ids = list(cell_ids) if cell_ids is not None else sorted(events["cell_id"].unique())
-    use = tables.usage(events) if axis == "tokens" else None
+    use = dict(tuple(tables.usage(events).groupby("cell_id"))) if axis == "tokens" else {}
+    no_subs = tables.submissions(events.iloc[:0])
     rows = []
     for cell_id in cell_ids:
-        cell_subs = subs[subs["cell_id"] == cell_id]
+        cell_subs = subs.get(cell_id, no_subs)
         if axis == "tokens":
-            cell_use = use[use["cell_id"] == cell_id]
-            if cell_use.empty:
+            cell_use = use.get(cell_id)
+            if cell_use is None:
                 continue
             # Tokens spent by the time of each submission (usage events at the same instant count).
             spent = cell_use["tokens"].cumsum().to_numpy()
@@ -68,11 +69,12 @@ def averaged(points: pd.DataFrame, cells: pd.DataFrame, axis: str, by: list[str]
     by = by or tables.GROUP
     out = []
     labelled = cells.set_index("cell_id")
+    by_cell = {c: p.sort_values("x", kind="stable") for c, p in points.groupby("cell_id")}
     for key, group in cells.groupby(by, sort=True):
-        ids = [c for c in group["cell_id"] if c in set(points["cell_id"])]
+        ids = [c for c in group["cell_id"] if c in by_cell]
         if not ids:
             continue
-        cell_points = {c: points[points["cell_id"] == c].sort_values("x", kind="stable") for c in ids}
+        cell_points = {c: by_cell[c] for c in ids}
         far = max(p["x"].max() for p in cell_points.values())
         grid = _grid(labelled.loc[ids], axis, far, n_points)
         matrix = np.vstack([step_values(cell_points[c], grid) for c in ids])

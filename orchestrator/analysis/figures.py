@@ -1,27 +1,27 @@
-"""The report's figures (matplotlib, Agg backend: no display needed). Each function returns a Figure; the
-caller saves it. The notebook calls the same functions on the Parquet exports."""
+"""The report's figures. Each function returns a matplotlib Figure built without pyplot, so no backend or
+display is needed (it renders with Agg when saved) and nothing stays open in pyplot's global list; the caller
+saves it (fig.savefig) or, in a notebook, displays it. The notebook calls the same functions on the Parquet
+exports."""
 from __future__ import annotations
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from orchestrator.analysis.curves import AXIS_LABELS  # noqa: E402
+from orchestrator.analysis.curves import AXIS_LABELS
 
 
 def _task_axes(tasks: list[str], width: float = 5.0, height: float = 3.6):
     cols = min(3, max(1, len(tasks)))
     rows = int(np.ceil(len(tasks) / cols)) or 1
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    fig = Figure(figsize=(width * cols, height * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax in axes.ravel()[len(tasks):]:
         ax.set_visible(False)
     return fig, dict(zip(tasks, axes.ravel()))
 
 
-def plot_curves(band: pd.DataFrame, axis: str) -> plt.Figure:
+def plot_curves(band: pd.DataFrame, axis: str) -> Figure:
     """Best-so-far improvement against an axis: a panel per task, a line per agent / driver, band = +/- 1 SE."""
     tasks = sorted(band["task"].unique()) if len(band) else ["(no data)"]
     fig, panels = _task_axes(tasks)
@@ -34,6 +34,8 @@ def plot_curves(band: pd.DataFrame, axis: str) -> plt.Figure:
         ax.set_xlabel(AXIS_LABELS[axis])
         ax.set_ylabel("best-so-far improvement")
         ax.axhline(0, color="grey", lw=0.8, ls=":")
+        if axis == "submission":
+            ax.xaxis.get_major_locator().set_params(integer=True)
         if ax.has_data():
             ax.legend(fontsize=7)
     fig.suptitle(f"Best-so-far improvement over {AXIS_LABELS[axis]} (mean over seeds, band: ±1 SE)")
@@ -41,10 +43,11 @@ def plot_curves(band: pd.DataFrame, axis: str) -> plt.Figure:
     return fig
 
 
-def plot_heatmap(summary: pd.DataFrame, columns: str = "agent", value: str = "mean") -> plt.Figure:
+def plot_heatmap(summary: pd.DataFrame, columns: str = "agent", value: str = "mean") -> Figure:
     """Task x `columns` heatmap of mean improvement (averaged over seeds and the other labels)."""
     pivot = summary.pivot_table(index="task", columns=columns, values=value, aggfunc="mean")
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * max(1, pivot.shape[1]), 1.2 + 0.6 * max(1, pivot.shape[0])))
+    fig = Figure(figsize=(1.6 + 1.3 * max(1, pivot.shape[1]), 1.2 + 0.6 * max(1, pivot.shape[0])))
+    ax = fig.subplots()
     data = pivot.to_numpy(dtype=float)
     limit = np.nanmax(np.abs(data)) if np.isfinite(data).any() else 1.0
     image = ax.imshow(data, cmap="RdBu", vmin=-(limit or 1.0), vmax=limit or 1.0, aspect="auto")
@@ -59,7 +62,7 @@ def plot_heatmap(summary: pd.DataFrame, columns: str = "agent", value: str = "me
     return fig
 
 
-def plot_best_of_k(table: pd.DataFrame) -> plt.Figure:
+def plot_best_of_k(table: pd.DataFrame) -> Figure:
     """Expected best of k runs against k: a panel per task, a line per agent / driver (only k <= n)."""
     tasks = sorted(table["task"].unique()) if len(table) else ["(no data)"]
     fig, panels = _task_axes(tasks)

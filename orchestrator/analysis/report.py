@@ -115,7 +115,6 @@ def _write_figures(out: dict, report_dir: Path) -> list[Path]:
     def save(fig, name):
         path = report_dir / f"{name}.png"
         fig.savefig(path, dpi=110)
-        figures.plt.close(fig)
         paths.append(path)
 
     for axis, band in out["curves"].items():
@@ -223,7 +222,7 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
         lines += ["No finished cells yet.", ""]
 
     lines += ["## Cells", ""]
-    rows = [[f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task, r.agent, r.driver, r.seed, r.status,
+    rows = [[r.cell_id if r.status == "pending" else f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task, r.agent, r.driver, r.seed, r.status,
              fmt(r.improvement, signed=True), r.n_submissions, r.outcome_class] for r in cells.itertuples()]
     lines += [md_table(["cell", "task", "agent", "driver", "seed", "status", "improvement", "submissions",
                         "outcome"], rows), ""]

@@ -205,11 +205,11 @@ def render_markdown(r: dict) -> str:
         f"best improvement {fmt(r['best_improvement'], signed=True)}",
         f"- Submissions: {r['n_submissions']} ({r['n_valid']} valid, rate {fmt(r['valid_submission_rate'])}), "
         f"copies of the base: {r['copy_of_base_count']}, cached: {r['cached_count']}",
-        f"- First valid submission: " + (f"#{first['index']} at {fmt(first['t'], 1)} s" if first else "none"),
-        f"- Time to first improvement: {fmt(r['time_to_first_improvement_s'], 1)} s; time to best: "
-        f"{fmt(r['time_to_best_s'], 1)} s; monotonic ratio: {fmt(r['monotonic_ratio'])}",
-        f"- Elapsed {fmt(r['elapsed_s'], 1)} s; idle after the last submission: "
-        f"{fmt(r['gap_after_last_submission_s'], 1)} s",
+        "- First valid submission: " + (f"#{first['index']} at {_secs(first['t'])}" if first else "none"),
+        f"- Time to first improvement: {_secs(r['time_to_first_improvement_s'])}; time to best: "
+        f"{_secs(r['time_to_best_s'])}; monotonic ratio: {fmt(r['monotonic_ratio'])}",
+        f"- Elapsed {_secs(r['elapsed_s'])}; idle after the last submission: "
+        f"{_secs(r['gap_after_last_submission_s'])}",
         "- Budget used: " + ", ".join(f"{k} {fmt(v * 100, 0)}%" for k, v in used.items() if v is not None)
         + (f"; tokens {r['tokens']}, cost ${r['cost_usd']:.4f}" if r["tokens"] is not None else ""),
     ]
@@ -238,6 +238,10 @@ def render_markdown(r: dict) -> str:
     if r["stderr_tail"]:
         lines += ["", f"## Last lines of agent.stderr (attempt {r['attempt']})", "", "```", r["stderr_tail"], "```"]
     return "\n".join(lines) + "\n"
+
+
+def _secs(value) -> str:
+    return fmt(value) if value is None else f"{fmt(value, 1)} s"
 
 
 def _one_line(text: str) -> str:
