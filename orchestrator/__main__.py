@@ -42,7 +42,7 @@ def report_main(cfg: DictConfig) -> None:
                      "mode": wandb_mode(cfg.logger.mode)}
     try:
         path = build_report(cfg.output_dir, filters=filters, wandb_cfg=wandb_cfg)
-    except FileNotFoundError as e:
+    except (ConfigError, FileNotFoundError) as e:
         print(f"a2rl: {e}", file=sys.stderr)
         sys.exit(2)
     print(f"[a2rl] report written to {path}")

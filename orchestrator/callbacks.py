@@ -65,6 +65,7 @@ class LedgerCallback(tune.Callback):
                                outcome.get("limit_hit"))
             limit = f" ({outcome['limit_hit']})" if outcome.get("limit_hit") else ""
             self.progress(f"finished {label(cell_of(trial))}: {outcome['status']}{limit}")
+            self.write_report(cell_id)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         cell = cell_of(trial)
@@ -80,6 +81,17 @@ class LedgerCallback(tune.Callback):
         error = trial_error_text(trial)
         self.ledger.finish(cell.cell_id, INFRA_ERROR, time.time(), error=error)
         self.progress(f"finished {label(cell)}: infra_error: {error[:300]}")
+        self.write_report(cell.cell_id)
+
+    def write_report(self, cell_id: str) -> None:
+        """The cell's run report (cells/<id>/report.md and .json), as soon as it ends."""
+        from orchestrator.analysis.run_report import write_cell_report
+
+        try:
+            row = self.ledger.cells([cell_id])[cell_id]
+            write_cell_report(self.ledger.path.parent, row, self.ledger.events(cell_id=cell_id))
+        except Exception as e:  # a report is a convenience; it must never stop the sweep
+            print(f"[a2rl] could not write the run report of {cell_id}: {e}", file=self.stream)
 
     def progress(self, what: str) -> None:
         c = self.ledger.summary_counts(self.cell_ids)

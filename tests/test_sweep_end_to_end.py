@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import glob
 
+import subprocess
+import sys
+
+import pandas as pd
+
 from orchestrator.ledger import Ledger
+from tests.conftest import ROOT
 
 
 def test_wandb_offline_run_per_cell(run_sweep):
@@ -36,3 +42,27 @@ def test_demo_sweep_sft_beats_the_base_model_and_copy_is_flagged(run_sweep):
     # the summary table: improvement mean ± SEM per agent
     line = next(l for l in text.splitlines() if l.startswith("arithmetic") and " sft " in l)
     assert "±" in line and "(n=2)" in line
+
+    # every cell got its run report as it ended
+    for row in rows:
+        report = (out / "cells" / row["cell_id"] / "report.md").read_text()
+        assert row["agent"] in report and row["status"] in report
+
+    # the analyses on this real sweep, through the command line
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "report", f"output_dir={out}", "logger=none"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = (out / "report" / "report.md").read_text()
+    assert "sft" in report and "copy_base" in report
+    cells = pd.read_parquet(out / "report" / "cells.parquet")
+    assert len(cells) == 4 and set(cells["agent"]) == {"sft", "copy_base"}
+    assert list((out / "report").glob("*.png"))
+    filtered = subprocess.run([sys.executable, "-m", "orchestrator", "report", f"output_dir={out}", "logger=none",
+                               "filter.agent=nope"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert filtered.returncode == 2 and len(filtered.stderr.strip().splitlines()) == 1, filtered.stderr
+
+
+def test_report_on_a_missing_ledger_is_one_clear_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "report", f"output_dir={tmp_path}", "logger=none"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no ledger" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
