@@ -55,7 +55,9 @@ def plot_heatmap(summary: pd.DataFrame, columns: str = "agent", value: str = "me
     ax.set_yticks(range(pivot.shape[0]), [str(i) for i in pivot.index])
     for i in range(data.shape[0]):
         for j in range(data.shape[1]):
-            ax.text(j, i, "—" if np.isnan(data[i, j]) else f"{data[i, j]:+.3f}", ha="center", va="center", fontsize=8)
+            strong = np.isfinite(data[i, j]) and abs(data[i, j]) > 0.6 * (limit or 1.0)  # dark cell: white text
+            ax.text(j, i, "—" if np.isnan(data[i, j]) else f"{data[i, j]:+.2f}", ha="center", va="center",
+                    fontsize=8, color="white" if strong else "black")
     fig.colorbar(image, ax=ax, label=f"{value} improvement")
     ax.set_title(f"Improvement: task x {columns}")
     fig.tight_layout()

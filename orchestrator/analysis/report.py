@@ -114,7 +114,7 @@ def _write_figures(out: dict, report_dir: Path) -> list[Path]:
 
     def save(fig, name):
         path = report_dir / f"{name}.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")  # titles wider than one panel stay whole
         paths.append(path)
 
     for axis, band in out["curves"].items():
