@@ -1,1 +1,2 @@
-"""Agents: built-in reference agents (scripts run inside a workspace) and, later, CLI scaffold adapters."""
+"""Agents: built-in reference agents (scripts run inside a workspace), CLI scaffold adapters (agents/cli) and the
+driver proxy that meters their LLM calls (agents/proxy)."""

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from ray import serve, tune
 
+from agents.cli.session import AgentSession, CliUnavailable
 from orchestrator import sandbox
 from orchestrator.layout import Layout
-from orchestrator.ledger import AGENT_ERROR, BUDGET_EXHAUSTED, COMPLETED
-from orchestrator.records import (ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, JsonlTail, driver_event,
-                                  outcome_event, status_event, submission_event, write_json_durably)
+from orchestrator.ledger import AGENT_ERROR, BUDGET_EXHAUSTED, COMPLETED, INFRA_ERROR
+from orchestrator.records import (ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, TRACE, JsonlTail, driver_event,
+                                  outcome_event, status_event, submission_event, trace_event, write_json_durably)
 from orchestrator.specs import CellSpec
 from orchestrator.workspace import agent_env, materialise, task_material
 
@@ -41,7 +42,21 @@ def agent_argv(cell: CellSpec) -> tuple[list[str], list[Path]]:
 
         script = script_path(cell.agent.script)
         return [sys.executable, f"code/{script.name}"], [script, *files]
+    if cell.agent.kind == "cli":  # its adapter builds the command line once the cell has a driver key
+        return [], files
     return ["/bin/bash", "-c", cell.agent.command], files
+
+
+def finish_unstarted(cell: CellSpec, attempt: int, adir: Path, started: float, error: str) -> None:
+    """End a cell whose agent cannot start (its CLI is not installed) as infra_error, reported as an outcome
+    rather than raised: Tune's retry would only fail the same way. `rerun_errored=true` runs it once installed."""
+    ended = time.time()
+    outcome = {"status": INFRA_ERROR, "limit_hit": None, "exit_code": None, "error": error, "best_score": None,
+               "baseline_score": None, "n_submissions": 0, "started_at": started, "ended_at": ended,
+               "elapsed_s": ended - started, "agent_started": False}
+    write_json_durably(adir / OUTCOME, outcome)
+    tune.report({"cell_id": cell.cell_id, "attempt": attempt, "done_outcome": json.dumps(outcome),
+                 "events": json.dumps([outcome_event(cell.cell_id, attempt, outcome)])})
 
 
 def run_cell(config: dict) -> None:
@@ -54,6 +69,10 @@ def run_cell(config: dict) -> None:
     write_json_durably(adir / ATTEMPT, {"started_at": started, "attempt": attempt})
     tune.report({"cell_id": cell.cell_id, "attempt": attempt, "started_at": started,
                  "events": json.dumps([status_event(cell.cell_id, attempt, 0.0, "running")])})
+    try:  # an LLM-driven agent: its CLI must be installed before anything is registered or spent
+        session = AgentSession.prepare(cell, opts.get("cli_path"))
+    except CliUnavailable as e:
+        return finish_unstarted(cell, attempt, adir, started, str(e))
 
     from evaluators.base_models import resolve_base_model
     from evaluators.service import app_name
@@ -65,6 +84,8 @@ def run_cell(config: dict) -> None:
     workspace = layout.workspace(cell.cell_id, attempt)
     argv, agent_files = agent_argv(cell)
     run_info = {"grading_url": f"{opts['grading_url']}/{cell.task_name}", "run_token": token,
+                **({"rollout_url": f"{opts['grading_url']}/{cell.task_name}/env"}
+                   if int(cell.task.get("level", 1)) == 3 else {}),
                 "started_at": started, "deadline": deadline}
     materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info, agent_files=agent_files)
     registered = grader.register_run.remote(token, {
@@ -74,15 +95,28 @@ def run_cell(config: dict) -> None:
 
     env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
     hidden, readonly = sandbox_paths(layout)
-    proc = sandbox.start(argv, workspace, env, adir / "agent.stdout", adir / "agent.stderr",
-                         sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly)
+    if session is not None:  # the per-cell driver key (the real one stays in the proxy); a CLI's command line
+        argv = session.start(workspace, env, opts["driver_url"], adir / DRIVER_CALLS, argv)
+        readonly += session.readonly_paths(hidden)
+    try:
+        proc = sandbox.start(argv, workspace, env, adir / "agent.stdout", adir / "agent.stderr",
+                             sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly)
+    except BaseException:
+        if session is not None:
+            session.close()
+        raise
     agent_started = time.time()
-    subs, calls = JsonlTail(adir / SUBMISSIONS), JsonlTail(adir / DRIVER_CALLS)
-    state = {"best": None, "n": 0, "driver_calls": 0}
+    subs, calls, trace = JsonlTail(adir / SUBMISSIONS), JsonlTail(adir / DRIVER_CALLS), JsonlTail(adir / TRACE)
+    state = {"best": None, "n": 0, "driver_calls": 0, "trace": 0}
     limit, exit_code = None, None
 
-    def report_new(extra_events=()) -> None:
+    def report_new(extra_events=(), final=False) -> None:
         events = list(extra_events)
+        if session is not None:  # a CLI's own trace (its stdout) -> trace records
+            session.pump(adir / "agent.stdout", adir / TRACE, final)
+        for rec in trace.read_new():
+            events.append(trace_event(cell.cell_id, attempt, started, rec, state["trace"]))
+            state["trace"] += 1
         for rec in subs.read_new():
             state["n"] += 1
             if rec.get("score") is not None:
@@ -108,14 +142,30 @@ def run_cell(config: dict) -> None:
             if state["n"] >= cell.budget.max_submissions:
                 limit = "submissions"
                 break
+            if session is not None and (limit := session.limit_hit(state["driver_calls"])):
+                break  # tokens or cost, as the driver proxy counts them
             time.sleep(POLL_S)
     finally:
         agent_ended = time.time()
         proc.kill_group(opts["kill_grace_s"])  # also when the agent exited: its children may live on
+        if session is not None:
+            try:  # the key stops working; calls still in flight land in the records first
+                session.close()
+            except Exception as e:  # the calls are recorded already; this must not turn a result into an error
+                print(f"[a2rl] closing the driver key of {cell.cell_id} failed: {e!r}", file=sys.stderr)
         still_running = grader.close_run.remote(token).result()
-    report_new()
+        if int(cell.task.get("level", 1)) == 3:  # the run's environment sessions end with it
+            from envs.rollout_service import close_run as close_sessions
+
+            try:
+                close_sessions(cell.task_name, token)
+            except Exception as e:  # idle sessions expire anyway; this must not turn a result into an infra error
+                print(f"[a2rl] closing the rollout sessions of {cell.cell_id} failed: {e!r}", file=sys.stderr)
+    report_new(final=True)
     if limit is None and state["n"] >= cell.budget.max_submissions:
         limit = "submissions"  # the agent used its last submission and stopped: the budget ended it
+    if limit is None and session is not None and session.final_usage is not None:
+        limit = session.limit_hit(state["driver_calls"])  # it stopped on a refused call: the budget ended it
 
     if limit is not None:
         status = BUDGET_EXHAUSTED
@@ -131,7 +181,8 @@ def run_cell(config: dict) -> None:
                "n_submissions": state["n"], "started_at": started, "ended_at": ended, "elapsed_s": ended - started,
                "workspace": str(workspace), "evaluations_unfinished": still_running,
                # the cell's own overhead: before the agent ran, and after it stopped (kill, waiting on grading)
-               "setup_s": agent_started - started, "teardown_s": ended - agent_ended}
+               "setup_s": agent_started - started, "teardown_s": ended - agent_ended,
+               **(session.summary() if session is not None else {})}
     write_json_durably(adir / OUTCOME, outcome)
     tune.report({"cell_id": cell.cell_id, "attempt": attempt, "done_outcome": json.dumps(outcome),
                  "events": json.dumps([outcome_event(cell.cell_id, attempt, outcome)]),

@@ -81,6 +81,7 @@ class JsonlTail:
 # -- records -> ledger events --------------------------------------------------------------------------------------
 SUBMISSIONS = "submissions.jsonl"
 DRIVER_CALLS = "driver_calls.jsonl"
+TRACE = "trace.jsonl"  # a CLI agent's own trace, parsed into events (agents/cli/base.py lists their types)
 ATTEMPT = "attempt.json"
 OUTCOME = "outcome.json"
 
@@ -93,6 +94,11 @@ def submission_event(cell_id: str, attempt: int, started_at: float, rec: dict) -
 def driver_event(cell_id: str, attempt: int, started_at: float, rec: dict, index: int) -> dict:
     return {"t": rec["t"] - started_at, "kind": "driver_usage", "payload": rec,
             "key": f"{cell_id}:{attempt}:driver:{index}"}
+
+
+def trace_event(cell_id: str, attempt: int, started_at: float, rec: dict, index: int) -> dict:
+    return {"t": rec["t"] - started_at, "kind": "agent_trace", "payload": rec,
+            "key": f"{cell_id}:{attempt}:trace:{index}"}
 
 
 def outcome_event(cell_id: str, attempt: int, outcome: dict) -> dict:
@@ -114,6 +120,7 @@ def attempt_events(layout: Layout, cell_id: str, attempt: int) -> tuple[list[dic
     events = [status_event(cell_id, attempt, 0.0, RUNNING)]
     events += [submission_event(cell_id, attempt, started_at, r) for r in read_jsonl(adir / SUBMISSIONS)]
     events += [driver_event(cell_id, attempt, started_at, r, i) for i, r in enumerate(read_jsonl(adir / DRIVER_CALLS))]
+    events += [trace_event(cell_id, attempt, started_at, r, i) for i, r in enumerate(read_jsonl(adir / TRACE))]
     outcome = json.loads((adir / OUTCOME).read_text()) if (adir / OUTCOME).exists() else None
     if outcome:
         events.append(outcome_event(cell_id, attempt, outcome))

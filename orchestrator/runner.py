@@ -14,7 +14,7 @@ from orchestrator import sandbox
 from orchestrator.layout import Layout
 from orchestrator.ledger import ERRORED, FINISHED, PENDING, RUNNING, Ledger
 from orchestrator.records import reconcile
-from orchestrator.specs import CellSpec
+from orchestrator.specs import CellSpec, ConfigError, to_plain
 from orchestrator.sweep import check_cluster, expand
 from orchestrator.workspace import task_material
 
@@ -126,7 +126,36 @@ def start_graders(cfg: DictConfig, tasks: list[dict], emulated: bool) -> str:
     for task in tasks:
         deploy(task, str(Path(cfg.cache_dir).expanduser()), emulated_gpus=emulated)
         task_material(task, Path(cfg.cache_dir).expanduser())  # once here, not in every cell
+        if int(task.get("level", 1)) == 3:  # interactive: the rollout service on the train games, at /<task>/env
+            from envs.rollout_service import deploy as deploy_rollouts
+
+            deploy_rollouts(task, str(Path(cfg.cache_dir).expanduser()))
     return f"http://{cfg.grading.host}:{port}"
+
+
+def driver_keys(cells: list[CellSpec]) -> dict[str, str] | None:
+    """The real keys the cells' drivers name, from this environment (None: no cell has a driver). Checked before
+    anything starts; they go to the driver proxy only, never to an agent."""
+    driven = [c for c in cells if c.driver.provider != "none"]
+    if not driven:
+        return None
+    keys = {}
+    for cell in driven:
+        var = cell.driver.extra.get("api_key_env")
+        if var and not os.environ.get(var):
+            raise ConfigError(f"driver {cell.driver.name!r} reads its key from ${var}, which is not set; export it "
+                              f"where you run a2rl (the driver proxy holds it; agents never see it)")
+        if var:
+            keys[var] = os.environ[var]
+    return keys
+
+
+def start_driver_proxy(cfg: DictConfig, keys: dict[str, str], grading_url: str) -> str:
+    """The sweep's driver proxy on the graders' Serve HTTP server; returns the agents' base URL for it."""
+    from agents.proxy.deployment import deploy
+
+    retry = {"max_attempts": int(cfg.driver_proxy.max_attempts), "base_s": float(cfg.driver_proxy.backoff_s)}
+    return grading_url + deploy(keys, retry, float(cfg.driver_proxy.num_cpus))
 
 
 def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
@@ -176,16 +205,21 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
 
     logging.getLogger("ray.tune").setLevel(logging.ERROR)  # it would warn that our trials write no result.json
     started_ray = not ray.is_initialized()
+    # Tasks that keep files in the cache (ALFWorld games) find it through this variable in every Ray worker.
+    os.environ["A2RL_CACHE_DIR"] = str(Path(cfg.cache_dir).expanduser().resolve())
+    keys = driver_keys(plan.to_run)  # a missing key fails here, before Ray starts
     if started_ray:
         start_ray(cfg.cluster)
     tasks = list({c.task_name: c.task for c in plan.to_run}.values())
     try:
         url = start_graders(cfg, tasks, emulated)
+        driver_url = start_driver_proxy(cfg, keys, url) if keys is not None else None
         callbacks = [LedgerCallback(ledger, [c.cell_id for c in plan.to_run], stream=out)]
         if cfg.logger.kind == "wandb":
             callbacks.append(WandbCallback(cfg.logger.project, cfg.logger.get("entity"), wandb_mode(cfg.logger.mode),
                                            layout.output_dir))
-        opts = {"sandboxed": sandboxed, "kill_grace_s": float(cfg.sandbox.kill_grace_s), "grading_url": url}
+        opts = {"sandboxed": sandboxed, "kill_grace_s": float(cfg.sandbox.kill_grace_s), "grading_url": url,
+                "driver_url": driver_url, "cli_path": to_plain(cfg.get("cli_path")) or []}
         trainable = tune.with_resources(
             run_cell, lambda config: tune.PlacementGroupFactory(
                 [resources_of(CellSpec.from_dict(config["cell"]), emulated)]))
@@ -207,8 +241,18 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
         if started_ray and cfg.cluster.mode == "local":
             ray.shutdown()  # takes Serve and every grader with it
         elif not cfg.grading.keep_running:  # a shared cluster: remove only our applications
+            if keys is not None:
+                from agents.proxy import deployment
+
+                serve.delete(deployment.APP_NAME)
+                deployment.forget()
             from evaluators.service import app_name, forget
 
             for task in tasks:
                 serve.delete(app_name(task["name"]))
                 forget(app_name(task["name"]))
+                if int(task.get("level", 1)) == 3:
+                    from envs import rollout_service
+
+                    serve.delete(rollout_service.app_name(task["name"]))
+                    rollout_service.forget(rollout_service.app_name(task["name"]))

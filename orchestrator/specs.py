@@ -55,13 +55,19 @@ class Budget:
 @dataclass(frozen=True)
 class AgentSpec:
     name: str
-    kind: str                       # builtin | command
+    kind: str                       # builtin | command | cli
     script: str | None = None       # builtin: agents/builtin/<script>.py, copied into the workspace's code/
     command: str | None = None      # command: a shell command line run in the workspace
     files: list = field(default_factory=list)  # your agent's files, copied into the workspace's code/
     files_sha: str | None = None    # their content hash: changed agent code is a new cell
     args: dict = field(default_factory=dict)
     needs_driver: bool = False
+    adapter: str | None = None      # cli: agents/cli/<adapter>.py (claude_code, codex, gemini_cli, opencode)
+    version: str | None = None      # cli: the pinned CLI version (another version is another cell)
+
+
+# AgentSpec fields added after ledgers existed: left out of a cell's identity while unset, so older cells keep ids.
+_LATER_AGENT_FIELDS = ("adapter", "version")
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,9 @@ def _identity(spec: CellSpec) -> dict:
     d = spec.to_dict()
     d.pop("sweep")
     d["task"] = task_identity(d["task"])
+    for key in _LATER_AGENT_FIELDS:
+        if d["agent"].get(key) is None:
+            d["agent"].pop(key, None)
     return d
 
 

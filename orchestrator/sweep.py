@@ -42,7 +42,16 @@ def _names(cfg: DictConfig, group: str, listed_key: str) -> list[tuple[str, dict
     names = cfg.sweep.get(listed_key)
     if names is None or len(names) == 0:
         raise ConfigError(f"sweep.{listed_key} is empty in sweep {cfg.sweep.get('name')!r}; list at least one")
-    return [(str(n), None) for n in names]
+    out = []
+    for entry in names:  # a name in conf/<group>/, or a whole config inline (e.g. a driver for a local server)
+        if isinstance(entry, DictConfig):
+            data = to_plain(entry)
+            if not data.get("name"):
+                raise ConfigError(f"sweep.{listed_key}: the inline entry {data} needs a name")
+            out.append((str(data["name"]), data))
+        else:
+            out.append((str(entry), None))
+    return out
 
 
 def seeds_of(sweep: DictConfig) -> list[int]:
@@ -69,14 +78,25 @@ def budget_of(cfg: DictConfig) -> Budget:
 
 def agent_spec(data: dict, where: str) -> AgentSpec:
     kind = data.get("kind")
-    if kind not in ("builtin", "command"):
-        raise ConfigError(f"{where}.kind={kind!r} must be 'builtin' or 'command'")
+    if kind not in ("builtin", "command", "cli"):
+        raise ConfigError(f"{where}.kind={kind!r} must be 'builtin', 'command' or 'cli'")
     if kind == "command" and not data.get("command"):
         raise ConfigError(f"{where}.command is empty; e.g. agent.command='python my_agent.py'")
     if kind == "builtin" and not data.get("script"):
         raise ConfigError(f"{where}.script is missing for builtin agent {data.get('name')!r}")
-    fields = {k: data[k] for k in ("name", "kind", "script", "command", "args", "needs_driver") if k in data}
+    if kind == "cli":
+        from agents.cli import ADAPTERS
+
+        if data.get("adapter") not in ADAPTERS:
+            raise ConfigError(f"{where}.adapter={data.get('adapter')!r} is not a CLI adapter; known adapters: "
+                              f"{', '.join(sorted(ADAPTERS))}")
+    fields = {k: data[k] for k in ("name", "kind", "script", "command", "args", "needs_driver", "adapter", "version")
+              if k in data}
     fields["args"] = fields.get("args") or {}
+    if kind == "cli":
+        fields["needs_driver"] = True  # a CLI scaffold is nothing without its LLM
+        if fields.get("version") is not None:
+            fields["version"] = str(fields["version"])
     files = [Path(f).expanduser().resolve() for f in data.get("files") or []]
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
@@ -90,8 +110,30 @@ def agent_spec(data: dict, where: str) -> AgentSpec:
 
 
 def driver_spec(data: dict) -> DriverSpec:
+    provider = data.get("provider", "none")
+    if provider != "none":
+        from agents.proxy.protocols import PROVIDERS
+
+        if provider not in PROVIDERS:
+            raise ConfigError(f"driver {data.get('name')!r}: provider={provider!r} is unknown; use one of "
+                              f"{', '.join(PROVIDERS)} (the wire protocol its endpoint speaks)")
+        if not data.get("base_url"):
+            raise ConfigError(f"driver {data.get('name')!r}: base_url is missing; e.g. https://api.anthropic.com")
     extra = {k: v for k, v in data.items() if k not in ("name", "provider", "model")}
     return DriverSpec(name=data["name"], provider=data.get("provider", "none"), model=data.get("model"), extra=extra)
+
+
+def compatible_drivers(agent: AgentSpec, drivers: list[DriverSpec]) -> list[DriverSpec]:
+    from agents.cli import get_adapter
+
+    speaks = get_adapter(agent.adapter).providers
+    paired = [d for d in drivers if d.provider in speaks]
+    if not paired:
+        fitting = [n for n in known("driver") if load_named("driver", n, "conf/driver").get("provider") in speaks]
+        raise ConfigError(f"agent {agent.name!r} speaks {'/'.join(speaks)} but no driver in the sweep does "
+                          f"({', '.join(f'{d.name}: {d.provider}' for d in drivers)}); add one such, e.g. "
+                          f"{', '.join(fitting) or 'a driver with provider ' + speaks[0]}")
+    return paired
 
 
 def check_task(data: dict, where: str) -> dict:
@@ -123,6 +165,8 @@ def expand(cfg: DictConfig) -> list[CellSpec]:
                 if not paired:
                     raise ConfigError(f"agent {agent.name!r} needs an LLM driver but sweep.drivers has none; "
                                       f"add one of: {', '.join(d for d in known('driver') if d != 'none')}")
+                if agent.kind == "cli":  # a CLI is crossed only with the drivers whose protocol it speaks
+                    paired = compatible_drivers(agent, paired)
             else:
                 paired = [none_driver]  # reference agents need no LLM: one cell, not one per driver
             for driver in paired:

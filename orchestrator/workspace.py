@@ -145,6 +145,8 @@ def agent_env(workspace: Path, run: dict, cpus: float, inherit: dict | None = No
         "A2RL_CELL_ID": run["cell_id"],
         "A2RL_DEADLINE": str(run["deadline"]),
     }
+    if run.get("rollout_url"):  # level 3: the rollout service
+        env["A2RL_ROLLOUT_URL"] = run["rollout_url"]
     if "CUDA_VISIBLE_DEVICES" in inherit:  # set by Ray for the trial's GPU reservation
         env["CUDA_VISIBLE_DEVICES"] = inherit["CUDA_VISIBLE_DEVICES"]
     return env

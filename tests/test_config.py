@@ -56,7 +56,7 @@ def test_selecting_a_group_narrows_the_sweep_with_overrides():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["sweep.agents=[nope]"], "unknown agent 'nope' in sweep.agents; known agents: command, copy_base, noop"),
+    (["sweep.agents=[nope]"], "unknown agent 'nope' in sweep.agents; known agents: claude_code, codex, command"),
     (["sweep.tasks=[nope]"], "unknown task 'nope'"),
     (["sweep.budget.wall_time_s=0"], "wall_time_s=0 must be a positive number"),
     (["sweep.budget.max_submissions=-1"], "max_submissions=-1 must be a positive number"),
@@ -77,7 +77,7 @@ def test_unknown_cluster_mode():
 
 
 def test_cli_prints_one_line_for_config_errors():
-    for args, expected in [(["agent=nope"], "unknown agent 'nope'; known agents: command, copy_base"),
+    for args, expected in [(["agent=nope"], "unknown agent 'nope'; known agents: claude_code, codex, command"),
                            (["sweep.seeds=[]"], "sweep.seeds is empty"),
                            (["cluster.mode=k8s"], "cluster.mode='k8s' is unknown")]:
         proc = subprocess.run([sys.executable, "-m", "orchestrator", *args, "dry_run=true", "output_dir=/tmp/a2rl-x"],

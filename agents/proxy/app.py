@@ -139,6 +139,7 @@ async def proxy_call(state: ProxyState, request: Request, protocol: str, path: s
     cell = state.get(caller_key(request.headers, request.query_params))
     if cell is None:
         return error_response(protocol, 401, "auth", "invalid API key: unknown or closed a2rl proxy key")
+    cell.in_flight += 1   # every path below records the call once, which counts it back down
     driver = cell.driver
     endpoint = path + (model_method or "")
 

@@ -51,6 +51,7 @@ class Cell:
     cost_usd: float = 0.0
     wait_s: float = 0.0
     closed: bool = False
+    in_flight: int = 0      # calls accepted and not yet recorded (close_cell waits for them to land)
     _fd: int = field(default=-1, repr=False)
     # close_cell may come from the orchestrator's thread while the server's loop records a call.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -66,7 +67,10 @@ class Cell:
     def record(self, **call) -> dict:
         """Count one call and append its line durably (write, then fsync) before returning."""
         line, data = self._account(**call)
-        self._write(data)
+        try:
+            self._write(data)
+        finally:
+            self.in_flight -= 1
         return line
 
     async def record_async(self, **call) -> dict:
@@ -74,7 +78,10 @@ class Cell:
         a file being fsynced waits for it) in a worker thread so the event loop keeps serving other
         calls; returns once the line is on disk."""
         line, data = self._account(**call)
-        await asyncio.to_thread(self._write, data)
+        try:
+            await asyncio.to_thread(self._write, data)
+        finally:
+            self.in_flight -= 1
         return line
 
     def _account(self, *, t: float, endpoint: str, model: str | None, requested_model: str | None,
@@ -131,6 +138,7 @@ class Cell:
             "total_tokens": self.input_tokens + self.output_tokens, "cost_usd": self.cost_usd,
             "wait_s": self.wait_s, "max_tokens": self.max_tokens, "max_cost_usd": self.max_cost_usd,
             "exhausted": self.exhausted(), "closed": self.closed, "records_path": self.records_path,
+            "in_flight": self.in_flight,
         }
 
 

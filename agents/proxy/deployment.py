@@ -6,22 +6,31 @@
     # the agent's base URL: http://127.0.0.1:<serve http port>/driver  (OpenAI-style: .../driver/v1)
 
 One replica holds every cell's budget, so keep num_replicas=1 (asyncio serves the concurrency).
-The real keys are read from the replica's environment: on a local cluster it inherits the
-orchestrator's; on a remote one pass them with the deployment's runtime_env.
+The real keys are read from `environ` when given (what `deploy` does: a sweep's keys travel as the replica's
+constructor argument), else from the replica's environment. Never pass them as a runtime_env: Ray's
+runtime-env agent writes runtime envs, env_vars included, to its log.
 """
 from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
 
 from ray import serve
 
 from agents.proxy.app import ProxyState, make_app
 from agents.proxy.upstream import RetryPolicy
 
+APP_NAME = "a2rl-driver-proxy"
+ROUTE = "/driver"
+
 
 @serve.deployment(num_replicas=1, max_ongoing_requests=2048)   # default 5 would queue streams
 @serve.ingress()
 class DriverProxy:
-    def __init__(self, retry: dict | None = None, admin_token: str | None = None):
-        self.state = ProxyState(RetryPolicy(**(retry or {})), admin_token=admin_token)
+    def __init__(self, retry: dict | None = None, admin_token: str | None = None, environ: dict | None = None):
+        self.state = ProxyState(RetryPolicy(**(retry or {})), admin_token=admin_token, environ=environ)
 
     def __serve_build_asgi_app__(self):
         return make_app(self.state)
@@ -30,8 +39,34 @@ class DriverProxy:
     async def register_cell(self, cell_id: str, driver: dict, limits: dict | None, records_path: str) -> str:
         return self.state.register_cell(cell_id, driver, limits, records_path)
 
-    async def close_cell(self, key: str) -> dict:
-        return self.state.close_cell(key)
+    async def close_cell(self, key: str, drain_s: float = 0.0) -> dict:
+        """Close the key; then wait up to drain_s for calls still in flight to be recorded."""
+        self.state.close_cell(key)
+        deadline = time.monotonic() + drain_s
+        while self.state.usage(key)["in_flight"] > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return self.state.usage(key)
 
     async def usage(self, key: str) -> dict:
         return self.state.usage(key)
+
+
+_deployed: dict[str, str] = {}   # app name -> fingerprint of what this process deployed
+
+
+def deploy(keys: dict[str, str], retry: dict | None = None, num_cpus: float = 0) -> str:
+    """Start the sweep's proxy application (unless this process already runs it with the same settings);
+    returns its route prefix. keys: the real provider keys by variable name, from the orchestrator's environment.
+    It needs no CPU of its own by default: it waits on the network, and a reserved CPU would be a cell's."""
+    fingerprint = hashlib.sha256(json.dumps([keys, retry, num_cpus], sort_keys=True).encode()).hexdigest()
+    app = serve.status().applications.get(APP_NAME)
+    if _deployed.get(APP_NAME) == fingerprint and app is not None and app.status == "RUNNING":
+        return ROUTE
+    deployment = DriverProxy.options(ray_actor_options={"num_cpus": num_cpus})
+    serve.run(deployment.bind(retry=retry, environ=dict(keys)), name=APP_NAME, route_prefix=ROUTE)
+    _deployed[APP_NAME] = fingerprint
+    return ROUTE
+
+
+def forget() -> None:
+    _deployed.pop(APP_NAME, None)

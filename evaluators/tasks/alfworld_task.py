@@ -54,15 +54,16 @@ class AlfWorldTask(Task):
                  build_workers: int = 1, eval_workers: int = 0, description: str = "",
                  rollout: dict | None = None, cache_dir: str | None = None):
         """n_train / n_eval: generated games per split (with data_path: caps, 0 = all); task_types: the six upstream
-        types or aliases (pick, look, clean, heat, cool, pick_two), cycled; expert: "search" or "planner" (the SFT
-        trajectories); build_workers: processes generating games; eval_workers: processes stepping eval games during
-        grading (0: in the grader's process); rollout: the rollout service's settings (see envs.rollout_service);
-        cache_dir: where games live (default: $A2RL_CACHE_DIR or ~/.cache/a2rl)."""
+        types or aliases (pick, look, clean, heat, cool, pick_two), cycled; expert: the SFT trajectories' expert,
+        "search", "ordered" (search in the listed order: easier to imitate) or "planner"; build_workers: processes
+        generating games; eval_workers: processes stepping eval games during grading (0: in the grader's process);
+        rollout: the rollout service's settings (see envs.rollout_service); cache_dir: where games live (default:
+        $A2RL_CACHE_DIR or ~/.cache/a2rl)."""
         super().__init__(name, level)
         if int(level) != 3:
             raise ValueError(f"task {name}: ALFWorld is an interactive (level 3) task, got level={level}")
-        if expert not in ("search", "planner"):
-            raise ValueError(f"task {name}: expert={expert!r} must be 'search' or 'planner'")
+        if expert not in ("search", "ordered", "planner"):
+            raise ValueError(f"task {name}: expert={expert!r} must be 'search', 'ordered' or 'planner'")
         self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
         self.task_types = list(task_types) if task_types else None
         self.max_steps = int(max_steps)
@@ -143,10 +144,12 @@ class AlfWorldTask(Task):
             with _locked(path.with_name(f".{path.name}.lock")):
                 if not path.exists():
                     from envs.alfworld.expert import expert_steps, trajectory_records
+                    from envs.alfworld.ordered_expert import ordered_steps
 
                     rows = []
                     for game in games:
-                        episode = expert_steps(game, mode=self.expert, max_steps=self.max_steps)
+                        episode = (ordered_steps(game, self.max_steps) if self.expert == "ordered" else
+                                   expert_steps(game, mode=self.expert, max_steps=self.max_steps))
                         for rec in trajectory_records(episode, game_name=self.game_name(game)):
                             rows.append(self._train_row(rec))
                     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

@@ -1,0 +1,127 @@
+"""What every CLI adapter is: how to launch one coding-agent CLI against the driver proxy, and how to read its trace.
+
+An adapter knows its executable and npm package (so a missing install names the command that fixes it), which
+driver providers' wire protocols the CLI speaks, the command line and environment for one run (base URL = the
+a2rl driver proxy, key = the cell's per-cell key, never the real one), the config files it wants in its own HOME,
+and a parser from its native JSONL trace (stdout) to a2rl's trace events.
+
+Trace events (the payload of `agent_trace` ledger events), one dict each with a `type`:
+  session      {model, session_id}                     the CLI started a conversation
+  message      {role, text}                            text the model wrote
+  tool_call    {tool, input, id}                       the model asked for a tool (shell command, file edit, ...)
+  tool_result  {id, ok, output}                        what the tool gave back
+  usage        {input_tokens, output_tokens, cached_tokens, cost_usd, scope}
+                                                       token totals as the CLI itself reports them (scope: the
+                                                       step, turn or run they cover); the metered numbers are
+                                                       the proxy's driver_usage events, these are for comparison
+  result       {ok, text, turns}                       the CLI's own verdict at the end
+  error        {message}
+Every event also has `source`, the native event type it came from. Long texts are cut to TEXT_LIMIT characters:
+the full native trace stays in the attempt's agent.stdout.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TEXT_LIMIT = 2000
+
+PREAMBLE = ("You are an autonomous agent working alone in the folder {workspace} (your current directory). "
+            "Nobody will answer questions or approve actions: decide, act, and keep working until the task is "
+            "done or your budget ends. The task and its rules follow.\n\n")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an adapter needs to launch its CLI for one cell."""
+    workspace: Path
+    home: Path                  # the agent's own HOME (inside the workspace): config files go here
+    prompt: str
+    driver: dict                # the cell's driver: name, provider, model and its other config keys
+    proxy_url: str              # the driver proxy's root, e.g. http://127.0.0.1:8000/driver
+    key: str                    # the cell's per-cell proxy key
+    args: dict = field(default_factory=dict)   # agent.args from conf/agent/<name>.yaml
+
+    @property
+    def model(self) -> str:
+        return self.driver.get("model") or ""
+
+    @property
+    def provider(self) -> str:
+        return self.driver["provider"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: list[str]             # argv[0] is the executable's name; the session puts its resolved path there
+    env: dict[str, str]         # added to the agent's clean environment
+
+
+class TraceParser:
+    """Native trace lines (decoded JSON objects) in, trace events out. One instance per run: it may keep state."""
+
+    def feed(self, obj: dict) -> list[dict]:
+        raise NotImplementedError
+
+    def flush(self) -> list[dict]:
+        """Events held back (e.g. streamed text deltas) once the trace ends."""
+        return []
+
+
+class CliAdapter:
+    name: str = ""              # the adapter's name (conf/agent/*.yaml `adapter:`)
+    executable: str = ""        # looked up in cli_path, then PATH
+    package: str = ""           # the npm package that installs it
+    providers: tuple[str, ...] = ()   # driver providers whose wire protocol the CLI speaks
+
+    def install_command(self, version: str | None) -> str:
+        return f"npm install -g {self.package}" + (f"@{version}" if version else "")
+
+    def launch(self, ctx: Context) -> Launch:
+        raise NotImplementedError
+
+    def parser(self) -> TraceParser:
+        raise NotImplementedError
+
+
+# -- helpers the adapters share --------------------------------------------------------------------------------
+
+def build_prompt(workspace: Path, args: dict) -> str:
+    """The task's instructions.md, after a preamble saying the agent works alone (agent.args.preamble overrides)."""
+    preamble = args.get("preamble") or PREAMBLE
+    return preamble.format(workspace=workspace) + (workspace / "instructions.md").read_text()
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+
+
+def cut(value, limit: int = TEXT_LIMIT):
+    """A string shortened to limit characters; other JSON values are cut through their JSON text."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        text = json.dumps(value, default=str)
+        return value if len(text) <= limit else text[:limit] + "..."
+    return value if len(value) <= limit else value[:limit] + "..."
+
+
+def event(kind: str, source: str, **fields) -> dict:
+    return {"type": kind, "source": source, **{k: v for k, v in fields.items() if v is not None}}
+
+
+def usage_event(source: str, scope: str, input_tokens, output_tokens, cached_tokens=0, cost_usd=None) -> dict:
+    def n(v):
+        return int(v) if isinstance(v, (int, float)) else 0
+    return event("usage", source, scope=scope, input_tokens=n(input_tokens), output_tokens=n(output_tokens),
+                 cached_tokens=n(cached_tokens), cost_usd=cost_usd)
+
+
+def extra_args(ctx: Context) -> list[str]:
+    """agent.args.extra_args: flags appended to the CLI's command line (e.g. ["--max-turns", "200"])."""
+    extra = ctx.args.get("extra_args") or []
+    if not isinstance(extra, (list, tuple)):
+        raise ValueError(f"agent.args.extra_args={extra!r} must be a list of strings")
+    return [str(a) for a in extra]

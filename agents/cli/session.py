@@ -1,0 +1,188 @@
+"""The cell's side of an agent driven by an LLM: find the CLI, hook the cell to the driver proxy, read the trace.
+
+    session = AgentSession.prepare(cell, cli_path)   # None for agents without a driver; CliUnavailable if missing
+    argv = session.start(workspace, env, proxy_url, records_path, argv)   # per-cell key; CLI config and env
+    ... session.pump(stdout, trace) and session.limit_hit(calls_seen) while the agent runs ...
+    session.close()                                   # the key stops working; in-flight calls are recorded
+
+Any agent whose cell has a driver gets A2RL_DRIVER_BASE_URL / A2RL_DRIVER_KEY / A2RL_DRIVER_PROVIDER /
+A2RL_DRIVER_MODEL (a `command` agent calls its LLM through those); a `cli` agent also gets its adapter's command
+line, config files and variables. The real provider key stays in the proxy: nothing here ever sees it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from agents.cli import get_adapter
+from agents.cli.base import CliAdapter, Context, build_prompt
+
+LIMITS = {"max_tokens": "tokens", "max_cost_usd": "cost"}   # proxy's exhausted limit -> the cell's limit_hit
+RPC_TIMEOUT_S = 30.0
+DRAIN_S = 5.0   # at the end, how long in-flight calls may take to land in the records
+
+
+class CliUnavailable(RuntimeError):
+    """The agent's CLI is missing or not the pinned version: the cell ends as infra_error before any budget is
+    spent. A retry cannot fix it, so it is an outcome, not an exception for Tune to retry."""
+
+
+def driver_config(cell) -> dict:
+    d = cell.driver
+    return {"name": d.name, "provider": d.provider, "model": d.model, **d.extra}
+
+
+def installed_version(exe: Path, package: str) -> str | None:
+    """The version in the npm package.json beside the executable's real file (None if not an npm install)."""
+    for parent in exe.resolve().parents:
+        manifest = parent / "package.json"
+        if manifest.is_file():
+            try:
+                data = json.loads(manifest.read_text())
+            except (OSError, ValueError):
+                continue
+            if data.get("name") == package:
+                return data.get("version")
+    return None
+
+
+def find_cli(adapter: CliAdapter, version: str | None, cli_path: list[str], agent: str) -> tuple[Path, str | None]:
+    """The executable (not resolved, so its install prefix is known) and its installed version."""
+    dirs = [str(Path(p).expanduser()) for p in cli_path]
+    search = os.pathsep.join(dirs + [os.environ.get("PATH", "")])
+    install = adapter.install_command(version)
+    found = shutil.which(adapter.executable, path=search)
+    if found is None:
+        where = f"cli_path {dirs} or PATH" if dirs else "PATH"
+        raise CliUnavailable(f"agent {agent}: the `{adapter.executable}` executable of {adapter.package} is not in "
+                             f"{where} on this node. Install it: `{install}` (or set cli_path=[DIR] to the folder "
+                             f"that holds it)")
+    exe = Path(found)
+    installed = installed_version(exe, adapter.package)
+    if version and installed and installed != str(version):
+        raise CliUnavailable(f"agent {agent} pins {adapter.package} {version} but {exe} is version {installed}. "
+                             f"Install the pinned one: `{install}`, or run with agent.version={installed} "
+                             f"(a different agent version makes different cells)")
+    return exe, installed
+
+
+def _covers(parent: Path, child: Path) -> bool:
+    return child == parent or parent in child.parents
+
+
+class AgentSession:
+    def __init__(self, cell, adapter: CliAdapter | None = None, exe: Path | None = None,
+                 version: str | None = None):
+        self.cell, self.adapter, self.exe, self.version = cell, adapter, exe, version
+        self.key: str | None = None
+        self.parser = adapter.parser() if adapter else None
+        self._tail = None
+        self._asked_at_calls = -1
+        self._limit: str | None = None
+        self.final_usage: dict | None = None
+
+    @classmethod
+    def prepare(cls, cell, cli_path: list[str] | None = None) -> "AgentSession | None":
+        """Checks what can be checked before anything starts; None when the agent has no LLM driver."""
+        if cell.agent.kind == "cli":
+            adapter = get_adapter(cell.agent.adapter)
+            exe, version = find_cli(adapter, cell.agent.version, list(cli_path or []), cell.agent.name)
+            return cls(cell, adapter, exe, version)
+        if cell.driver.provider != "none":
+            return cls(cell)
+        return None
+
+    def _proxy(self):
+        from ray import serve
+
+        from agents.proxy.deployment import APP_NAME
+
+        return serve.get_app_handle(APP_NAME)
+
+    def readonly_paths(self, hidden: list[Path]) -> list[Path]:
+        """The CLI's install (and node's, for node scripts) for the sandbox to show read-only. A candidate that
+        would also uncover a hidden path (a prefix that holds the grading cache, say) is left out."""
+        if self.exe is None:
+            return []
+        candidates = {self.exe.parent.parent if self.exe.parent.name == "bin" else self.exe.parent,
+                      self.exe.resolve().parent}
+        node = shutil.which("node", path=os.pathsep.join([str(self.exe.parent), os.environ.get("PATH", "")]))
+        if node:
+            candidates.add(Path(node).resolve().parent.parent)
+        hidden = [h.resolve() for h in hidden]
+        return sorted(p for p in candidates if not any(_covers(p.resolve(), h) for h in hidden))
+
+    def start(self, workspace: Path, env: dict, proxy_url: str, records_path: Path, argv: list[str]) -> list[str]:
+        """Register the cell with the driver proxy (limits from its budget, call records into records_path), put
+        the driver's variables (and the CLI's) into env; returns the command line to run."""
+        budget = self.cell.budget
+        limits = {k: getattr(budget, k) for k in LIMITS if getattr(budget, k) is not None}
+        driver = driver_config(self.cell)
+        self.key = self._proxy().register_cell.remote(self.cell.cell_id, driver, limits,
+                                                      str(records_path)).result(timeout_s=RPC_TIMEOUT_S)
+        openai_style = driver["provider"] in ("openai", "openai-compatible")
+        env.update({"A2RL_DRIVER_BASE_URL": proxy_url + ("/v1" if openai_style else ""), "A2RL_DRIVER_KEY": self.key,
+                    "A2RL_DRIVER_PROVIDER": driver["provider"], "A2RL_DRIVER_MODEL": driver.get("model") or ""})
+        if self.adapter is None:
+            return argv
+        args = dict(self.cell.agent.args or {})
+        ctx = Context(workspace=workspace, home=Path(env["HOME"]), prompt=build_prompt(workspace, args),
+                      driver=driver, proxy_url=proxy_url, key=self.key, args=args)
+        launch = self.adapter.launch(ctx)
+        env.update(launch.env)
+        env["PATH"] = os.pathsep.join([str(self.exe.parent), env.get("PATH", "")])
+        return [str(self.exe), *launch.argv[1:]]
+
+    def pump(self, stdout_path: Path, trace_path: Path, final: bool = False) -> int:
+        """Parse what the CLI printed since the last call into trace records (appended durably); returns how many."""
+        if self.parser is None:
+            return 0
+        if self._tail is None:
+            from orchestrator.records import JsonlTail
+
+            self._tail = JsonlTail(stdout_path)
+        events = []
+        for obj in self._tail.read_new():
+            if isinstance(obj, dict):
+                events += self.parser.feed(obj)
+        if final:
+            events += self.parser.flush()
+        if events:
+            now = time.time()
+            data = "".join(json.dumps({"t": now, **e}, default=str) + "\n" for e in events).encode()
+            fd = os.open(trace_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return len(events)
+
+    def limit_hit(self, calls_seen: int) -> str | None:
+        """'tokens' or 'cost' once the proxy says the cell's budget is spent. It is asked only when new calls
+        were recorded since the last question (a budget only moves with calls)."""
+        if self.key is None or self._limit or calls_seen == self._asked_at_calls:
+            return self._limit
+        self._asked_at_calls = calls_seen
+        usage = self._proxy().usage.remote(self.key).result(timeout_s=RPC_TIMEOUT_S)
+        self._limit = LIMITS.get(usage.get("exhausted"))
+        return self._limit
+
+    def close(self) -> dict | None:
+        """Stop the key; wait (briefly) until calls still in flight are recorded; returns the proxy's final usage."""
+        if self.key is None or self.final_usage is not None:
+            return self.final_usage
+        self.final_usage = self._proxy().close_cell.remote(self.key, DRAIN_S).result(timeout_s=RPC_TIMEOUT_S)
+        self._limit = self._limit or LIMITS.get(self.final_usage.get("exhausted"))
+        return self.final_usage
+
+    def summary(self) -> dict:
+        """For the cell's outcome."""
+        out = {"agent_version": self.version} if self.adapter else {}
+        if self.final_usage:
+            out["driver_usage"] = {k: self.final_usage.get(k) for k in (
+                "calls", "refused", "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "wait_s")}
+        return out

@@ -1,0 +1,491 @@
+"""The rollout service: environment sessions on the train games of a level-3 task, for agents doing online RL.
+
+One Ray Serve application per task at ``/<task>/env`` (so ``$GRADING_SERVER_URL/env/...`` for an agent), FastAPI
+ingress, the same run tokens as the grader (``Authorization: Bearer TOKEN``, checked against the RunRegistry):
+
+  GET  /env/games                      the train games: [{index, name, task_type}], max_steps, max_sessions
+  POST /env/reset {game?, session_id?, actions?}   new session (or reset one of yours); replays ``actions``
+  POST /env/step  {session_id, command}            one command; the game answers unknown ones ("Nothing happens.")
+  POST /env/close {session_id}
+  GET  /env/sessions                   your open sessions
+  GET  /env/health
+
+Architecture: the Serve deployment is a stateless router (any number of replicas); sessions live in a fixed pool of
+``EnvHost`` actors, each holding many games in its own process (the engine is pure Python: one process steps ~30-40
+games/s, so hosts are the unit of parallelism). A session id names its host (``<host>.<random>``), so every replica
+routes a session's requests to the same place. Per-run session counts live in the RunRegistry (one limit across all
+replicas and hosts). Hosts close sessions idle for ``idle_timeout_s`` and release them in the registry; the
+orchestrator closes a run's sessions when its cell ends (``close_run`` through the deployment handle). Eval games are
+never loaded here: the router only knows the task's train games, and names are looked up, never joined into paths.
+
+Why not one actor per session: an actor is a process (~1-2 s to start plus ~2 s to import the engine, ~150 MB);
+a pool of hosts starts once and creates a session in one engine reset (~0.5-0.8 s).
+
+Settings (task config ``rollout:``): num_hosts (2), num_replicas (1), max_sessions_per_run (16), idle_timeout_s (300),
+max_steps (the task's), host_cpus (0), router_cpus (0).
+"""
+# (no `from __future__ import annotations`: FastAPI must see the real Request type through Serve's ingress)
+
+import hashlib
+import json
+import logging
+import random
+import secrets
+import threading
+import time
+from pathlib import Path
+
+import ray
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from ray import serve
+
+log = logging.getLogger("a2rl.rollouts")
+api = FastAPI(title="a2rl rollout API")
+
+DEFAULTS = {"num_hosts": 2, "num_replicas": 1, "max_sessions_per_run": 16, "idle_timeout_s": 300.0,
+            "host_cpus": 0, "router_cpus": 0}
+
+
+class EnvError(Exception):
+    """A refused request: HTTP status, machine-readable code, a message the agent can act on."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+    def body(self) -> dict:
+        return {"error": self.message, "code": self.code}
+
+
+def _answers_errors(method):
+    """Host methods return {"__error__": [status, code, message]} for a refusal (a Ray error would hide it)."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except EnvError as e:
+            return {"__error__": [e.status, e.code, e.message]}
+
+    return wrapper
+
+
+def settings(task_cfg: dict) -> dict:
+    out = {**DEFAULTS, **(task_cfg.get("rollout") or {})}
+    out.setdefault("max_steps", int(task_cfg.get("max_steps", 50)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ hosts
+
+class _Session:
+    __slots__ = ("owner", "game_index", "game", "last_used", "last", "done", "won")
+
+    def __init__(self, owner: str, game_index: int, game) -> None:
+        self.owner, self.game_index, self.game = owner, game_index, game
+        self.last_used = time.monotonic()
+        self.last: dict = {}
+        self.done = self.won = False
+
+
+@ray.remote(max_restarts=0)
+class EnvHost:
+    """Holds sessions (one engine game each) for one task; called only by the rollout routers."""
+
+    def __init__(self, games: list[str], max_steps: int, idle_timeout_s: float):
+        from envs.alfworld.engine import enable_grammar_cache
+
+        enable_grammar_cache()
+        self.games = list(games)
+        self.max_steps = int(max_steps)
+        self.idle_timeout_s = float(idle_timeout_s)
+        self.sessions: dict[str, _Session] = {}
+        self.lock = threading.Lock()
+        self.counters = {"opened": 0, "steps": 0, "reaped": 0}
+        threading.Thread(target=self._reap_forever, name="reaper", daemon=True).start()
+
+    def _reap_forever(self) -> None:
+        period = max(0.05, min(5.0, self.idle_timeout_s / 4))
+        while True:
+            time.sleep(period)
+            try:
+                self.reap()
+            except Exception:  # noqa: BLE001 - the reaper must survive a transient registry error
+                log.exception("reaping idle sessions failed")
+
+    def reap(self) -> int:
+        """Close sessions idle past the timeout and release them in the registry."""
+        now = time.monotonic()
+        with self.lock:
+            idle = [sid for sid, s in self.sessions.items() if now - s.last_used > self.idle_timeout_s]
+            dropped = [(sid, self.sessions.pop(sid)) for sid in idle]
+        by_owner: dict[str, list[str]] = {}
+        for sid, s in dropped:
+            s.game.close()
+            by_owner.setdefault(s.owner, []).append(sid)
+        if by_owner:
+            from evaluators.runs import registry
+
+            reg = registry()
+            ray.get([reg.release_sessions.remote(owner, sids) for owner, sids in by_owner.items()])
+            self.counters["reaped"] += len(dropped)
+        return len(dropped)
+
+    def _get(self, session_id: str, owner: str) -> _Session:
+        s = self.sessions.get(session_id)
+        if s is None or s.owner != owner:  # another run's session looks exactly like a missing one
+            raise EnvError(404, "unknown_session", f"no open session {session_id!r} for your run (closed, expired "
+                                                   "or never opened); start one with POST /env/reset")
+        s.last_used = time.monotonic()
+        return s
+
+    def _answer(self, s: _Session, session_id: str, obs: str, info: dict, reward: float = 0.0) -> dict:
+        s.won = s.won or bool(info.get("won"))
+        s.done = s.won or s.game.done or s.game.steps >= self.max_steps
+        s.last = {"session_id": session_id, "observation": obs,
+                  "admissible_commands": list(info.get("admissible_commands") or []),
+                  "reward": float(reward), "won": s.won, "done": s.done, "steps": s.game.steps}
+        return dict(s.last)
+
+    def _start(self, s: _Session, session_id: str, actions: list[str]) -> dict:
+        obs, info = s.game.reset()
+        s.won = s.done = False
+        out = self._answer(s, session_id, obs, info)
+        for cmd in actions:
+            if s.done:
+                break
+            obs, score, _, info = s.game.step(cmd)
+            out = self._answer(s, session_id, obs, info, score)
+        self.counters["steps"] += len(actions)
+        return {**out, "task": s.game.task, "game": self._game_ref(s.game_index)}
+
+    def _game_ref(self, index: int) -> dict:
+        return {"index": index, "name": Path(self.games[index]).parent.name}
+
+    @_answers_errors
+    def open(self, session_id: str, owner: str, game_index: int, actions: list[str]) -> dict:
+        from envs.alfworld.engine import AlfWorldGame
+
+        game = AlfWorldGame(self.games[game_index], max_steps=self.max_steps, walkthrough=False)
+        s = _Session(owner, game_index, game)
+        try:
+            out = self._start(s, session_id, actions)
+        except Exception:
+            game.close()
+            raise
+        with self.lock:
+            self.sessions[session_id] = s
+        self.counters["opened"] += 1
+        return out
+
+    @_answers_errors
+    def reset(self, session_id: str, owner: str, game_index: int | None, actions: list[str]) -> dict:
+        with self.lock:
+            s = self._get(session_id, owner)
+        if game_index is not None and game_index != s.game_index:
+            from envs.alfworld.engine import AlfWorldGame
+
+            s.game.close()
+            s.game = AlfWorldGame(self.games[game_index], max_steps=self.max_steps, walkthrough=False)
+            s.game_index = game_index
+        return self._start(s, session_id, actions)
+
+    @_answers_errors
+    def step(self, session_id: str, owner: str, command: str) -> dict:
+        with self.lock:
+            s = self._get(session_id, owner)
+        if s.done:  # the episode is over: answer as before, change nothing
+            return dict(s.last)
+        obs, score, _, info = s.game.step(command)
+        self.counters["steps"] += 1
+        return self._answer(s, session_id, obs, info, score)
+
+    @_answers_errors
+    def close(self, session_id: str, owner: str) -> bool:
+        with self.lock:
+            s = self._get(session_id, owner)
+            self.sessions.pop(session_id, None)
+        s.game.close()
+        return True
+
+    def close_owner(self, owner: str) -> list[str]:
+        with self.lock:
+            ids = [sid for sid, s in self.sessions.items() if s.owner == owner]
+            dropped = [self.sessions.pop(sid) for sid in ids]
+        for s in dropped:
+            s.game.close()
+        return ids
+
+    def owned(self, owner: str) -> list[dict]:
+        with self.lock:
+            return [{"session_id": sid, "game": self._game_ref(s.game_index), "steps": s.game.steps,
+                     "done": s.done, "won": s.won} for sid, s in self.sessions.items() if s.owner == owner]
+
+    def stats(self) -> dict:
+        with self.lock:
+            return {"sessions": len(self.sessions), **self.counters}
+
+
+# ------------------------------------------------------------------------------------------------------ router
+
+def run_token(request: Request) -> str:
+    auth = request.headers.get("authorization", "")
+    token = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-run-token", "")
+    if not token:
+        raise EnvError(401, "missing_token", "send your run token: 'Authorization: Bearer $A2RL_RUN_TOKEN'")
+    return token
+
+
+async def json_body(request: Request) -> dict:
+    try:
+        body = await request.json()
+    except Exception:
+        raise EnvError(400, "bad_request", "the body must be a JSON object, e.g. {\"session_id\": ..., "
+                                           "\"command\": \"go to cabinet 1\"}")
+    if not isinstance(body, dict):
+        raise EnvError(400, "bad_request", "the body must be a JSON object")
+    return body
+
+
+def _field(body: dict, key: str, kind, required: bool = True):
+    value = body.get(key)
+    if value is None:
+        if required:
+            raise EnvError(422, "invalid_field", f"{key!r} is required")
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise EnvError(422, "invalid_field", f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _error(e: EnvError) -> JSONResponse:
+    return JSONResponse(status_code=e.status, content=e.body())
+
+
+def _task_type(game: Path) -> str:
+    traj = Path(game).parent / "traj_data.json"
+    try:
+        return json.loads(traj.read_text()).get("task_type", "")
+    except (OSError, ValueError):
+        return ""
+
+# Everything the router class uses is defined above it: Serve pickles the class when it is decorated.
+
+@serve.deployment(max_ongoing_requests=512, health_check_period_s=10)
+@serve.ingress(api)
+class RolloutService:
+    def __init__(self, task_cfg: dict, cache_dir: str, host_names: list[str]):
+        from evaluators.runs import NAMESPACE, registry
+        from evaluators.tasks.base import load_task
+
+        self.cfg = settings(task_cfg)
+        task = load_task({**task_cfg, "cache_dir": cache_dir})
+        games = task.train_games()
+        self.games = []
+        for i, path in enumerate(games):  # a loop, not a comprehension: Serve pickles this class by value
+            self.games.append({"index": i, "name": task.game_name(path), "task_type": _task_type(path)})
+        self.by_name = {g["name"]: g["index"] for g in self.games}
+        self.hosts = [ray.get_actor(name, namespace=NAMESPACE) for name in host_names]
+        self.registry = registry()
+        self.task_name = task_cfg["name"]
+        self.replica = serve.get_replica_context().replica_id.unique_id
+        self._rng = random.Random(secrets.randbits(64))
+        self._next_host = self._rng.randrange(len(self.hosts))
+
+    # -- orchestrator side (deployment handle) --------------------------------------------------------------------
+    async def close_run(self, token: str) -> int:
+        """Close every session of a run (its cell ended); returns how many were open."""
+        closed = 0
+        for ids in [await host.close_owner.remote(token) for host in self.hosts]:
+            closed += len(ids)
+        await self.registry.release_sessions.remote(token, None)
+        return closed
+
+    async def stats(self) -> list[dict]:
+        return [await host.stats.remote() for host in self.hosts]
+
+    async def reap(self) -> int:
+        return sum([await host.reap.remote() for host in self.hosts])
+
+    # -- agent side (HTTP) ----------------------------------------------------------------------------------------
+    @api.get("/health")
+    async def health(self) -> dict:
+        return {"status": "ok", "task": self.task_name, "games": len(self.games), "hosts": len(self.hosts),
+                "replica": self.replica}
+
+    @api.get("/games")
+    async def list_games(self, request: Request):
+        try:
+            await self._run(request)
+        except EnvError as e:
+            return _error(e)
+        return {"games": self.games, "max_steps": self.cfg["max_steps"],
+                "max_sessions": self.cfg["max_sessions_per_run"], "idle_timeout_s": self.cfg["idle_timeout_s"]}
+
+    @api.get("/sessions")
+    async def sessions(self, request: Request):
+        try:
+            token = await self._run(request)
+            owned = []
+            for part in [await host.owned.remote(token) for host in self.hosts]:
+                owned += part
+        except EnvError as e:
+            return _error(e)
+        return {"sessions": owned, "max_sessions": self.cfg["max_sessions_per_run"]}
+
+    @api.post("/reset")
+    async def reset(self, request: Request):
+        try:
+            token = await self._run(request)
+            body = await json_body(request)
+            game = self._game_index(body.get("game"))
+            actions = self._actions(body.get("actions"))
+            session_id = _field(body, "session_id", str, required=False)
+            if session_id is not None:
+                host = self._host(session_id)
+                return await self._call(host.reset.remote(session_id, token, game, actions))
+            session_id = self._new_session_id()
+            refused = await self.registry.claim_session.remote(token, session_id, self.cfg["max_sessions_per_run"])
+            if refused:
+                status = 429 if "limit" in refused else (409 if "budget" in refused else 401)
+                code = {429: "too_many_sessions", 409: "budget_exhausted", 401: "invalid_token"}[status]
+                raise EnvError(status, code, refused)
+            if game is None:
+                game = self._rng.randrange(len(self.games))
+            try:
+                return await self._call(self._host(session_id).open.remote(session_id, token, game, actions))
+            except BaseException:
+                await self.registry.release_sessions.remote(token, [session_id])
+                raise
+        except EnvError as e:
+            return _error(e)
+
+    @api.post("/step")
+    async def step(self, request: Request):
+        try:
+            token = await self._run(request)
+            body = await json_body(request)
+            session_id = _field(body, "session_id", str)
+            command = _field(body, "command", str)
+            if len(command) > 500:
+                raise EnvError(422, "invalid_field", "'command' is longer than 500 characters")
+            return await self._call(self._host(session_id).step.remote(session_id, token, command))
+        except EnvError as e:
+            return _error(e)
+
+    @api.post("/close")
+    async def close(self, request: Request):
+        try:
+            token = await self._run(request)
+            body = await json_body(request)
+            session_id = _field(body, "session_id", str)
+            await self._call(self._host(session_id).close.remote(session_id, token))
+            remaining = await self.registry.release_sessions.remote(token, [session_id])
+        except EnvError as e:
+            return _error(e)
+        return {"closed": session_id, "open_sessions": remaining}
+
+    # -- internals ------------------------------------------------------------------------------------------------
+    async def _run(self, request: Request) -> str:
+        token = run_token(request)
+        run = await self.registry.get.remote(token)
+        if run is None:
+            raise EnvError(401, "invalid_token", "unknown or expired run token")
+        return token
+
+    def _new_session_id(self) -> str:
+        self._next_host = (self._next_host + 1) % len(self.hosts)  # spread a run's sessions over the hosts
+        return f"{self._next_host}.{secrets.token_urlsafe(12)}"
+
+    def _host(self, session_id: str):
+        prefix, _, rest = session_id.partition(".")
+        if not prefix.isdigit() or not rest or int(prefix) >= len(self.hosts):
+            raise EnvError(404, "unknown_session", f"no open session {session_id!r} for your run")
+        return self.hosts[int(prefix)]
+
+    def _game_index(self, game) -> int | None:
+        if game is None:
+            return None
+        if isinstance(game, int) and not isinstance(game, bool):
+            if 0 <= game < len(self.games):
+                return game
+            raise EnvError(422, "unknown_game", f"game index {game} is out of range: there are {len(self.games)} "
+                                                "train games (GET /env/games)")
+        if isinstance(game, str) and game in self.by_name:
+            return self.by_name[game]
+        raise EnvError(422, "unknown_game", f"no train game {game!r}; send an index or a name from GET /env/games")
+
+    def _actions(self, actions) -> list[str]:
+        if actions is None:
+            return []
+        if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+            raise EnvError(422, "invalid_field", "'actions' must be a list of command strings")
+        if len(actions) > self.cfg["max_steps"]:
+            raise EnvError(422, "invalid_field", f"'actions' has {len(actions)} commands; an episode has at most "
+                                                 f"{self.cfg['max_steps']} steps")
+        return actions
+
+    async def _call(self, ref):
+        out = await ref
+        if isinstance(out, dict) and "__error__" in out:
+            raise EnvError(*out["__error__"])
+        return out
+
+
+# ------------------------------------------------------------------------------------------------------ deploy
+
+def app_name(task_name: str) -> str:
+    return f"rollouts-{task_name}"
+
+
+def route_prefix(task_name: str) -> str:
+    return f"/{task_name}/env"
+
+
+_owned: dict[str, list] = {}      # host actor name -> handle: the deployer owns the hosts (they live as long as it)
+_deployed: dict[str, str] = {}    # app name -> the config it was deployed with, by this process
+
+
+def deploy(task_cfg: dict, cache_dir: str) -> str:
+    """Start the task's rollout application (and its host actors), unless this process already runs it with the same
+    config; returns its route prefix. Builds the train games first if no one has."""
+    from evaluators.runs import NAMESPACE
+    from evaluators.tasks.base import load_task
+
+    cfg = settings(task_cfg)
+    name = app_name(task_cfg["name"])
+    fingerprint = json.dumps([task_cfg, cache_dir], sort_keys=True, default=str)
+    app = serve.status().applications.get(name)
+    if _deployed.get(name) == fingerprint and app is not None and app.status == "RUNNING":
+        return route_prefix(task_cfg["name"])
+    task = load_task({**task_cfg, "cache_dir": cache_dir})
+    games = [str(p) for p in task.train_games()]
+    key = hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
+    env_vars = {"A2RL_CACHE_DIR": str(cache_dir)}
+    host_names = []
+    for i in range(int(cfg["num_hosts"])):
+        host_name = f"a2rl-env-{task_cfg['name']}-{key}-{i}"
+        handle = EnvHost.options(name=host_name, namespace=NAMESPACE, get_if_exists=True,
+                                 num_cpus=cfg["host_cpus"], runtime_env={"env_vars": env_vars}).remote(
+            games, cfg["max_steps"], cfg["idle_timeout_s"])
+        _owned.setdefault(host_name, []).append(handle)
+        host_names.append(host_name)
+    ray.get([h[0].__ray_ready__.remote() for h in (_owned[n] for n in host_names)])
+    deployment = RolloutService.options(name=name, num_replicas=int(cfg["num_replicas"]),
+                                        ray_actor_options={"num_cpus": cfg["router_cpus"],
+                                                           "runtime_env": {"env_vars": env_vars}})
+    serve.run(deployment.bind(task_cfg, str(cache_dir), host_names), name=name,
+              route_prefix=route_prefix(task_cfg["name"]))
+    _deployed[name] = fingerprint
+    return route_prefix(task_cfg["name"])
+
+
+def close_run(task_name: str, token: str) -> int:
+    """Close a run's sessions through the deployment handle (the orchestrator, when a cell ends)."""
+    return serve.get_app_handle(app_name(task_name)).close_run.remote(token).result()
+
+
+def forget(name: str) -> None:
+    _deployed.pop(name, None)

@@ -1,0 +1,216 @@
+"""The level-3 ALFWorld task: hidden salted splits, expert train rows, batched ReAct grading (in process and through the
+grading service), and a short online-RL run of the sft_grpo agent's GRPO against the real rollout service."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import secrets
+import shutil
+import stat
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("alfworld")
+pytest.importorskip("textworld")
+
+from evaluators.backends.base import EvaluatorBackend  # noqa: E402
+from evaluators.backends.transformers_backend import TransformersBackend  # noqa: E402
+from evaluators.base_models import resolve_base_model  # noqa: E402
+from evaluators.evaluate import evaluate_loaded  # noqa: E402
+from evaluators.tasks.base import load_task  # noqa: E402
+from tests.test_rollout_service import SMALL_TASK, Client, service  # noqa: E402,F401  (fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def task(cache_dir):
+    return load_task({**SMALL_TASK, "cache_dir": str(cache_dir)})
+
+
+@pytest.fixture(scope="module")
+def base(cache_dir) -> Path:
+    return resolve_base_model("tiny-alfworld", cache_dir / "models")
+
+
+class ScriptedBackend(EvaluatorBackend):
+    """Replies with each game's walkthrough command (found from the prompt's task line and history), or a fixed text.
+
+    The grader's loop, prompt rendering and parsing are real; only the model is replaced."""
+
+    def __init__(self, plans: dict[str, list[str]] | None = None, fixed: str | None = None):
+        super().__init__(batch_size=8)
+        self.plans, self.fixed, self.batches = plans or {}, fixed, []
+
+    def load(self, model_dir):
+        return model_dir
+
+    def weights_digest(self, loaded) -> str:
+        return "scripted"
+
+    def generate(self, loaded, conversations, max_new_tokens):
+        self.batches.append(len(conversations))
+        replies = []
+        for conv in conversations:
+            lines = conv[-1]["content"].splitlines()
+            task = lines[0].removeprefix("Task: ")
+            prev = lines[1].removeprefix("Previous commands: ")
+            n = 0 if prev == "none" else len(prev.split("; "))
+            replies.append(self.fixed if self.fixed is not None else f"Action: {self.plans[task][n]}.")
+        return replies
+
+
+def plans_of(games: list[Path]) -> dict[str, list[str]]:
+    out = {}
+    for game in games:
+        data = json.loads(game.read_text())
+        out[data["a2rl"]["task"].strip().rstrip(".") + "."] = data["walkthrough"]
+    return out
+
+
+def test_splits_are_salted_hidden_and_disjoint(task, cache_dir):
+    from envs.alfworld.generator import split_fingerprints
+
+    train, evals = task.train_games(), task.eval_games()
+    assert len(train) == 3 and len(evals) == 2
+    grading = (cache_dir / "grading").resolve()
+    assert all(grading in p.resolve().parents for p in train + evals)  # the sandbox hides CACHE_DIR/grading
+    salt = grading / "alfworld-eval-salt"
+    assert stat.S_IMODE(salt.stat().st_mode) == 0o600 and len(salt.read_text().strip()) == 32
+    manifest = json.loads((evals[0].parent.parent / "manifest.json").read_text())
+    assert manifest["salted"] is True
+    assert not split_fingerprints(train[0].parent.parent) & split_fingerprints(evals[0].parent.parent)
+    again = load_task({**SMALL_TASK, "cache_dir": str(cache_dir)})
+    assert again.eval_games() == evals  # built once, found again
+
+
+def test_train_rows_are_expert_steps_in_the_graders_format(task):
+    from envs.alfworld.prompt import SYSTEM_PROMPT, parse_command
+
+    rows = task.train_rows()
+    games = {p.parent.name for p in task.train_games()}
+    assert {r["game"] for r in rows} == games
+    for row in rows:
+        system, user = row["messages"]
+        assert system == {"role": "system", "content": SYSTEM_PROMPT} and user["content"] == row["prompt"]
+        admissible = row["prompt"].split("Admissible commands:\n")[1].split("\nReply with")[0].splitlines()
+        assert row["completion"] in admissible and parse_command(row["completion"], admissible) == row["completion"]
+        assert task.messages(row) == row["messages"]
+    text = task.instructions()
+    for needle in ("/env/reset", "/env/step", "Admissible commands:", SYSTEM_PROMPT, "100 x the fraction"):
+        assert needle in text
+
+
+def test_grading_plays_every_eval_game_in_lockstep(task):
+    rows = task.eval_rows()
+    expert = ScriptedBackend(plans_of(task.eval_games()))
+    result = evaluate_loaded(task, expert, "scripted", rows, 12)
+    assert result["score"] == 100.0 and result["n"] == 2
+    assert [item["score"] for item in result["items"]] == [1.0, 1.0]
+    assert expert.batches[0] == 2  # one batched call per step over the active games
+    babbler = ScriptedBackend(fixed="I would like to fly.")
+    result = evaluate_loaded(task, babbler, "scripted", rows, 12)
+    assert result["score"] == 0.0 and all(item["steps"] == 50 for item in result["items"])
+    assert len(babbler.batches) == 50 and set(babbler.batches) == {2}
+
+
+def test_the_base_model_through_the_grading_service(ray_cluster, cache_dir, grading_port, task, base, tmp_path):
+    """The unchanged grader serves the level-3 task: the real tiny model plays the eval games; copy flagged."""
+    from ray import serve
+
+    from evaluators.service import app_name, deploy
+
+    deploy(SMALL_TASK, str(cache_dir), emulated_gpus=True)
+    handle = serve.get_app_handle(app_name(SMALL_TASK["name"]))
+    workspace = tmp_path / "ws"
+    (workspace / "output").mkdir(parents=True)
+    (workspace / "code").mkdir()
+    token = secrets.token_urlsafe(16)
+    registered = handle.register_run.remote(token, {
+        "cell_id": "alf", "workspace": str(workspace), "records_dir": str(tmp_path), "code_repo": str(tmp_path / "g"),
+        "started_at": time.time(), "deadline": time.time() + 600, "max_submissions": 2}).result()
+    assert registered["baseline_score"] == 0.0 and registered["n_eval"] == 2
+    shutil.copytree(base, workspace / "output" / "copy")
+    r = httpx.post(f"http://127.0.0.1:{grading_port}/{SMALL_TASK['name']}/submit", json={"model_path": "output/copy"},
+                   headers={"Authorization": f"Bearer {token}"}, timeout=300)
+    assert r.status_code == 200, r.text
+    assert r.json()["score"] == 0.0 and "copy_of_base" in r.json()["flags"]
+    items = json.loads(next((cache_dir / "grading" / SMALL_TASK["name"]).rglob("*.items.json")).read_text())["items"]
+    assert len(items) == 2 and all(0 < item["steps"] <= 50 for item in items)
+
+
+def load_agent():
+    spec = importlib.util.spec_from_file_location("sft_grpo_agent", ROOT / "agents" / "builtin" / "sft_grpo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_agent_prompts_match_the_graders(task):
+    from envs.alfworld.engine import AlfWorldGame
+    from envs.alfworld.prompt import SYSTEM_PROMPT, build_messages
+
+    agent = load_agent()
+    with AlfWorldGame(task.train_games()[0]) as game:
+        obs, info = game.reset()
+        history = info["walkthrough"][:2]
+        for cmd in history:
+            obs, _, _, info = game.step(cmd)
+        ours = agent.step_messages(SYSTEM_PROMPT, game.task, obs, info["admissible_commands"], history)
+        assert ours == build_messages(game.task, obs, info["admissible_commands"], history)
+
+
+def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task, base, tmp_path):
+    """A short online-RL run of the sft_grpo agent's own code against the real rollout service: a brief SFT, then
+    GRPO on the states one command before each train game is won, every sampled command rewarded by the game."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+
+    from envs.alfworld.prompt import SYSTEM_PROMPT
+
+    agent = load_agent()
+    torch.set_num_threads(1)
+    set_seed(0)
+    rows = sorted(task.train_rows(), key=lambda r: (r["game"], r["step"]))
+    by_game: dict[str, list[dict]] = {}
+    for row in rows:
+        by_game.setdefault(row["game"], []).append(row)
+    states = []
+    for game, steps in by_game.items():
+        last = steps[-1]
+        admissible = last["prompt"].split("Admissible commands:\n")[1].split("\nReply with")[0].splitlines()
+        states.append({"messages": last["messages"], "game": game, "admissible": admissible,
+                       "prefix": [r["completion"] for r in steps[:-1]]})
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    args = {**agent.DEFAULTS, **RL_TEST_ARGS}
+    agent.run_sft(model, tokenizer, [r for s in by_game.values() for r in s[-1:]], args, 0, float("inf"), tmp_path)
+
+    client = Client(service)
+    env = agent.Env(service["url"], client.token)
+    policy = agent.Policy(model, tokenizer, 12)
+    reward = agent.EnvReward(env, policy, SYSTEM_PROMPT, horizon=0)
+
+    def greedy_success() -> float:
+        model.eval()
+        replies = policy([s["messages"] for s in states])
+        return sum(reward([None] * len(states), [[{"content": r}] for r in replies], [s["game"] for s in states],
+                          [s["prefix"] for s in states], [s["admissible"] for s in states])) / len(states)
+
+    before = greedy_success()
+    stats = agent.grpo_round(model, tokenizer, states * 8, reward, args, 0, tmp_path, int(args["grpo_steps_per_round"]))
+    after = greedy_success()
+    curve = stats["reward_by_step"]
+    k = max(1, len(curve) // 3)
+    print(f"greedy success {before:.2f} -> {after:.2f}; sampled reward by step {curve}")
+    assert sum(curve[-k:]) / k > sum(curve[:k]) / k  # the sampled commands win more often
+    assert after >= before
+    service["handle"].close_run.remote(client.token).result()
+
+
+RL_TEST_ARGS = {"sft_steps": 40, "sft_batch_size": 4, "sft_learning_rate": 2e-3, "sft_warmup_steps": 5,
+                "grpo_steps_per_round": 12, "grpo_learning_rate": 1e-3, "num_generations": 4, "states_per_step": 2,
+                "max_new_tokens": 12, "temperature": 1.0}

@@ -1,0 +1,394 @@
+"""The real agent CLIs (Claude Code, Codex, Gemini CLI, OpenCode) driven through a2rl, offline.
+
+The set-up installs the versions pinned in conf/agent/*.yaml from the npm registry into a cache reused between
+runs ($A2RL_CLI_CACHE, default ~/.cache/a2rl/npm-cli). Each CLI then runs in real sweeps: its adapter, the
+bubblewrap sandbox, the driver proxy (a Serve deployment), and a scripted upstream on 127.0.0.1 speaking the
+provider's real protocol in place of the paid API. The scripted model asks the CLI to run one shell command that
+writes files, submits a copy of the base model to the grader with curl, and then says it is done.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from agents.cli import get_adapter
+from agents.cli.session import CliUnavailable, find_cli
+from agents.proxy.fake_upstream import FakeUpstream, Reply, shell_script
+from agents.proxy.usage import Usage
+from orchestrator.ledger import Ledger
+from orchestrator.specs import ConfigError
+from orchestrator.sweep import expand
+from tests.conftest import ROOT, compose
+
+CLIS = ("claude_code", "codex", "gemini_cli", "opencode")
+KEY_VAR = "A2RL_TEST_REAL_KEY"
+REAL_KEY = "sk-real-" + secrets.token_hex(16)
+USAGE = Usage(input_tokens=1000, output_tokens=50, cached_tokens=200)
+PRICES = {"price_input_per_mtok": 3.0, "price_output_per_mtok": 15.0, "price_cached_input_per_mtok": 0.3}
+COST_PER_CALL = (800 * 3.0 + 200 * 0.3 + 50 * 15.0) / 1e6
+# What the scripted model asks every CLI to run: leave a file in code/, dump the environment the agent sees (to
+# check no real key is in it), submit a copy of the base model with curl, and keep the grader's answer.
+SUBMIT = ("env > code/agent_env.txt; mkdir -p output && cp -r model/. output/m && "
+          "curl -s -X POST \"$GRADING_SERVER_URL/submit\" -H \"Authorization: Bearer $A2RL_RUN_TOKEN\" "
+          "-H 'Content-Type: application/json' -d '{\"model_path\": \"output/m\"}' > code/submission.json "
+          "&& echo SUBMITTED")
+
+
+# -- installing the pinned CLIs ----------------------------------------------------------------------------------
+
+def pins() -> dict[str, str]:
+    """agent name -> 'package@version', from conf/agent/<name>.yaml."""
+    out = {}
+    for name in CLIS:
+        conf = yaml.safe_load((ROOT / "conf" / "agent" / f"{name}.yaml").read_text())
+        out[name] = f"{get_adapter(conf['adapter']).package}@{conf['version']}"
+    return out
+
+
+def cli_prefix() -> Path:
+    specs = sorted(pins().values())
+    root = Path(os.environ.get("A2RL_CLI_CACHE") or Path.home() / ".cache" / "a2rl" / "npm-cli").expanduser()
+    return root / hashlib.sha256(" ".join(specs).encode()).hexdigest()[:12]
+
+
+def install_clis() -> Path:
+    """npm-install the pinned CLIs once into the cache (atomically: a half-done install is never used)."""
+    prefix = cli_prefix()
+    bin_dir = prefix / "bin"
+    if all((bin_dir / get_adapter(n).executable).exists() for n in CLIS):
+        return bin_dir
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed (Node.js >= 20 with npm is needed to install the agent CLIs)")
+    tmp = prefix.with_name(f"{prefix.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    # Install scripts must run: Claude Code's and OpenCode's put their native binary in place.
+    proc = subprocess.run([npm, "install", "--global", "--prefix", str(tmp), "--no-audit", "--no-fund",
+                           "--loglevel=error", *sorted(pins().values())],
+                          capture_output=True, text=True, timeout=500)  # inside pytest's 600 s
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        pytest.fail(f"npm install of the agent CLIs failed:\n{proc.stderr[-3000:]}")
+    try:
+        os.rename(tmp, prefix)
+    except OSError:  # another session installed it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+    return bin_dir
+
+
+@pytest.fixture(scope="module")
+def cli_bin() -> Path:
+    return install_clis()
+
+
+# -- sweeps -----------------------------------------------------------------------------------------------------
+
+def fake_driver(name: str, provider: str, fake: FakeUpstream, model: str, **extra) -> dict:
+    base = fake.url + "/v1" if provider.startswith("openai") else fake.url
+    return {"name": name, "provider": provider, "model": model, "base_url": base, "api_key_env": KEY_VAR,
+            **PRICES, **extra}
+
+
+def hydra_value(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return "'" + str(v).replace("'", "\\'") + "'"
+
+
+def drivers_override(drivers: list[dict]) -> str:
+    """sweep.drivers as inline driver configs (the fake's port changes every run, so no conf/driver file fits)."""
+    items = ["{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in d.items()) + "}" for d in drivers]
+    return f"sweep.drivers=[{','.join(items)}]"
+
+
+@pytest.fixture(scope="module")
+def sweep_runner(ray_cluster, cache_dir, grading_port, tmp_path_factory, cli_bin):
+    from orchestrator.runner import run_sweep
+
+    os.environ[KEY_VAR] = REAL_KEY  # the orchestrator's environment: only the proxy gets it from there
+
+    def go(name: str, overrides: list[str]) -> Path:
+        out = tmp_path_factory.mktemp(name) / "out"
+        cfg = compose([f"output_dir={out}", f"cache_dir={cache_dir}", f"grading.port={grading_port}", "logger=none",
+                       "cluster.emulated_gpus=1", "grading.keep_running=true", f"cli_path=[{cli_bin}]",
+                       "driver_proxy.backoff_s=0.05", "sweep=demo", "sweep.seeds=[0]", *overrides])
+        run_sweep(cfg, out=io.StringIO())
+        return out
+
+    yield go
+    os.environ.pop(KEY_VAR, None)
+
+
+@dataclasses.dataclass
+class Run:
+    out: Path
+    fake: FakeUpstream
+    cells: dict          # (agent, driver) -> ledger row
+    events: dict         # cell_id -> events
+
+    def of(self, agent: str, driver: str) -> tuple[dict, list[dict]]:
+        row = self.cells[(agent, driver)]
+        return row, self.events[row["cell_id"]]
+
+
+def collect(out: Path, fake: FakeUpstream) -> Run:
+    ledger = Ledger(out / "ledger.sqlite")
+    rows = ledger.cells()
+    cells = {(r["agent"], r["driver"]): r for r in rows.values()}
+    events = {cid: ledger.events(cid) for cid in rows}
+    ledger.close()
+    return Run(out, fake, cells, events)
+
+
+MODELS = {"fake-anthropic": "claude-fake", "fake-openai": "gpt-fake", "fake-vllm": "Qwen/fake-7B",
+          "fake-gemini": "gemini-fake"}
+MAIN_CELLS = [("claude_code", "fake-anthropic"), ("codex", "fake-openai"), ("codex", "fake-vllm"),
+              ("gemini_cli", "fake-gemini"), ("opencode", "fake-anthropic"), ("opencode", "fake-openai"),
+              ("opencode", "fake-vllm"), ("opencode", "fake-gemini")]
+
+
+@pytest.fixture(scope="module")
+def main_run(sweep_runner):
+    """Every CLI with every driver protocol it speaks, in one sweep. The first two upstream answers are 429s."""
+    fake = FakeUpstream(script=shell_script(SUBMIT, "Submitted the model. Done."), usage=USAGE, expect_key=REAL_KEY,
+                        fail_first=2, fail_status=429, retry_after=0.2).start()
+    providers = {"fake-anthropic": "anthropic", "fake-openai": "openai", "fake-vllm": "openai-compatible",
+                 "fake-gemini": "gemini"}
+    drivers = [fake_driver(name, provider, fake, MODELS[name]) for name, provider in providers.items()]
+    try:
+        out = sweep_runner("cli-main", [f"sweep.agents=[{','.join(CLIS)}]", drivers_override(drivers),
+                                        "sweep.budget.wall_time_s=150", "sweep.budget.max_submissions=2"])
+    finally:
+        fake.stop()
+    return collect(out, fake)
+
+
+def driver_calls(events: list[dict]) -> list[dict]:
+    return [e["payload"] for e in events if e["kind"] == "driver_usage"]
+
+
+def trace(events: list[dict]) -> list[dict]:
+    return [e["payload"] for e in events if e["kind"] == "agent_trace"]
+
+
+def attempt_dir(run: Run, row: dict) -> Path:
+    return run.out / "cells" / row["cell_id"] / "attempt-1"
+
+
+# -- the real CLIs, end to end ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("agent, driver", MAIN_CELLS)
+def test_cli_completes_and_its_submission_reaches_the_ledger(main_run, agent, driver):
+    row, events = main_run.of(agent, driver)
+    adir = attempt_dir(main_run, row)
+    stderr = (adir / "agent.stderr").read_text(errors="replace")[-1500:]
+    assert row["status"] == "completed", (row, stderr)
+    assert row["driver"] == driver  # the configured label, nothing guessed
+    subs = [e["payload"] for e in events if e["kind"] == "submission"]
+    assert len(subs) == 1 and subs[0]["score"] is not None and "copy_of_base" in subs[0]["flags"], subs
+    workspace = Path(json.loads((adir / "outcome.json").read_text())["workspace"])
+    answer = json.loads((workspace / "code" / "submission.json").read_text())
+    assert answer["submission_id"] == subs[0]["submission_id"]  # the agent saw the grader's answer
+    outcome = json.loads((adir / "outcome.json").read_text())
+    assert outcome["agent_version"] == pins()[agent].rpartition("@")[2]
+    assert outcome["driver_usage"]["calls"] == len(driver_calls(events))
+
+
+@pytest.mark.parametrize("agent, driver", MAIN_CELLS)
+def test_tokens_and_cost_metered_exactly_as_the_upstream_reported(main_run, agent, driver):
+    _, events = main_run.of(agent, driver)
+    calls = driver_calls(events)
+    assert len(calls) >= 2  # the tool call and the final answer (OpenCode also asks for a title)
+    for c in calls:
+        assert c["status"] == 200 and c["driver"] == driver, c
+        assert (c["input_tokens"], c["output_tokens"], c["cached_tokens"]) == (1000, 50, 200), c
+        assert c["cost_usd"] == pytest.approx(COST_PER_CALL)
+        assert c["model"] == MODELS[driver]  # whatever the CLI asked for, the configured model answered
+
+
+def test_every_upstream_call_is_metered_once(main_run):
+    recorded = sum(len(driver_calls(ev)) for ev in main_run.events.values())
+    assert recorded == main_run.fake.calls - main_run.fake.failures  # the scripted 429s are retries, not calls
+
+
+def test_upstream_429_is_retried_and_the_wait_recorded(main_run):
+    retried = [c for ev in main_run.events.values() for c in driver_calls(ev) if c["attempts"] > 1]
+    assert sum(c["attempts"] - 1 for c in retried) == 2
+    assert all(c["status"] == 200 and c["wait_s"] >= 0.19 for c in retried), retried
+
+
+@pytest.mark.parametrize("agent, driver", MAIN_CELLS)
+def test_the_clis_own_trace_becomes_events(main_run, agent, driver):
+    _, events = main_run.of(agent, driver)
+    t = trace(events)
+    calls = [e for e in t if e["type"] == "tool_call"]
+    assert any("/submit" in json.dumps(e["input"]) for e in calls), t
+    results = [e for e in t if e["type"] == "tool_result"]
+    assert any(e["ok"] and "SUBMITTED" in (e.get("output") or "") for e in results), t
+    assert any(e["type"] == "message" and "Done" in (e.get("text") or "") for e in t), t
+    usage = [e for e in t if e["type"] == "usage"]
+    assert usage and sum(u["input_tokens"] for u in usage) > 0
+    # what the CLI says it used never exceeds what the proxy metered (it does not count its side calls)
+    metered = driver_calls(events)
+    assert sum(u["input_tokens"] for u in usage) <= sum(c["input_tokens"] for c in metered)
+    assert (attempt_dir(main_run, main_run.of(agent, driver)[0]) / "trace.jsonl").exists()
+
+
+def test_the_ledger_holds_exactly_what_the_record_files_hold(main_run, cache_dir):
+    """Calls and trace events reach the ledger live; a resume's reconcile from the files finds nothing missing."""
+    from orchestrator.layout import Layout
+    from orchestrator.records import reconcile
+
+    ledger = Ledger(main_run.out / "ledger.sqlite")
+    try:
+        assert reconcile(ledger, Layout.make(main_run.out, cache_dir)) == {"events_added": 0, "adopted": 0,
+                                                                            "requeued": 0}
+    finally:
+        ledger.close()
+
+
+def test_the_real_key_never_reaches_the_agent_its_workspace_or_any_log(main_run, ray_cluster):
+    for agent, driver in MAIN_CELLS:
+        row, _ = main_run.of(agent, driver)
+        workspace = Path(json.loads((attempt_dir(main_run, row) / "outcome.json").read_text())["workspace"])
+        env = (workspace / "code" / "agent_env.txt").read_text()
+        assert "A2RL_DRIVER_KEY=a2rl-" in env and KEY_VAR not in env and REAL_KEY not in env
+    session_dir = Path(ray_cluster._private.worker._global_node.get_session_dir_path())
+    leaks = [str(p) for root in (main_run.out, session_dir / "logs") for p in root.rglob("*")
+             if p.is_file() and not p.is_symlink() and p.stat().st_size < 50_000_000
+             and REAL_KEY.encode() in p.read_bytes()]
+    assert leaks == []
+    assert all(r.api_key == REAL_KEY for r in main_run.fake.requests)  # only the proxy used it, upstream
+
+
+def test_the_proxy_refuses_unknown_and_closed_keys(main_run, grading_port):
+    row, _ = main_run.of("claude_code", "fake-anthropic")
+    workspace = Path(json.loads((attempt_dir(main_run, row) / "outcome.json").read_text())["workspace"])
+    env = dict(line.split("=", 1) for line in (workspace / "code" / "agent_env.txt").read_text().splitlines()
+               if "=" in line)
+    body = {"model": "x", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    url = f"http://127.0.0.1:{grading_port}/driver/v1/messages"
+    for key in ("a2rl-made-up", env["A2RL_DRIVER_KEY"], REAL_KEY):  # unknown, closed with its cell, the real one
+        r = httpx.post(url, json=body, headers={"x-api-key": key, "anthropic-version": "2023-06-01"}, timeout=30,
+                       trust_env=False)
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error", r.text
+
+
+# -- budgets ----------------------------------------------------------------------------------------------------
+
+def test_budget_exhaustion_mid_conversation_stops_the_agent_and_names_the_limit(sweep_runner):
+    """A model that never stops asking for commands: Claude Code on a free driver runs out of tokens, Codex on an
+    expensive one runs out of money. The first upstream answer is a 503, retried by the proxy."""
+    keep_working = shell_script("echo still working")
+
+    def never_done(req):
+        return keep_working(dataclasses.replace(req, tool_results=[]))
+
+    fake = FakeUpstream(script=never_done, usage=USAGE, expect_key=REAL_KEY, fail_first=1, fail_status=503).start()
+    free = fake_driver("fake-free", "anthropic", fake, "claude-fake", price_input_per_mtok=0.0,
+                       price_output_per_mtok=0.0, price_cached_input_per_mtok=0.0)
+    pricey = fake_driver("fake-pricey", "openai", fake, "gpt-fake", price_input_per_mtok=2000.0,
+                         price_output_per_mtok=0.0, price_cached_input_per_mtok=2000.0)   # $2 a call
+    try:
+        out = sweep_runner("cli-budget", ["sweep.agents=[claude_code,codex]", drivers_override([free, pricey]),
+                                          "sweep.budget.wall_time_s=90", "+sweep.budget.max_tokens=3000",
+                                          "+sweep.budget.max_cost_usd=2.5"])
+    finally:
+        fake.stop()
+    run = collect(out, fake)
+    for (agent, driver), limit, spent_of, cap in ((("claude_code", "fake-free"), "tokens",
+                                                   lambda c: c["input_tokens"] + c["output_tokens"], 3000),
+                                                  (("codex", "fake-pricey"), "cost", lambda c: c["cost_usd"], 2.5)):
+        row, events = run.of(agent, driver)
+        assert (row["status"], row["limit_hit"]) == ("budget_exhausted", limit), row
+        calls = driver_calls(events)
+        answered = [c for c in calls if c["status"] == 200]
+        assert sum(spent_of(c) for c in answered) >= cap
+        # the call that crossed the limit was the last one the upstream saw; later ones were refused
+        assert sum(spent_of(c) for c in answered[:-1]) < cap, calls
+        assert all(c["error"].startswith("budget_exhausted") for c in calls if c["status"] != 200), calls
+    answered = [c for ev in run.events.values() for c in driver_calls(ev) if c["status"] == 200]
+    assert len(answered) == fake.calls - fake.failures  # refused calls never reached the upstream
+    retried = [c for ev in run.events.values() for c in driver_calls(ev) if c["attempts"] > 1]
+    assert len(retried) == 1 and retried[0]["status"] == 200 and retried[0]["wait_s"] > 0
+
+
+# -- a CLI that is not installed --------------------------------------------------------------------------------
+
+LLM_BY_CURL = r'''
+curl -s -o code/reply.json -w '%{http_code}' "$A2RL_DRIVER_BASE_URL/v1/messages" -H "x-api-key: $A2RL_DRIVER_KEY" \
+     -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' \
+     -d '{"model": "any", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}' > code/status.txt
+'''
+
+
+def test_a_missing_cli_is_an_infra_error_naming_its_install_command(sweep_runner, tmp_path):
+    """Beside it, a plain command agent with a driver reaches its LLM through the proxy's A2RL_DRIVER_* variables."""
+    if shutil.which("claude"):
+        pytest.skip("claude is installed on this machine's PATH")
+    fake = FakeUpstream(usage=USAGE, expect_key=REAL_KEY).start()
+    empty = tmp_path / "no-clis"
+    empty.mkdir()
+    script = tmp_path / "llm_by_curl.sh"
+    script.write_text(LLM_BY_CURL)
+    own_agent = (f"{{name:llm_by_curl,kind:command,needs_driver:true,files:['{script}'],"
+                 f"command:'bash code/{script.name}'}}")
+    try:
+        out = sweep_runner("cli-missing", [f"sweep.agents=[claude_code,{own_agent}]",
+                                           drivers_override([fake_driver("fake-anthropic", "anthropic", fake, "m")]),
+                                           f"cli_path=[{empty}]", "cluster.max_retries=2"])
+    finally:
+        fake.stop()
+    run = collect(out, fake)
+    row, events = run.of("claude_code", "fake-anthropic")
+    assert row["status"] == "infra_error" and row["attempts"] == 1, row  # not retried: a retry cannot install it
+    assert "npm install -g @anthropic-ai/claude-code@" + pins()["claude_code"].rpartition("@")[2] in row["error"]
+    adir = out / "cells" / row["cell_id"] / "attempt-1"
+    assert not (adir / "driver_calls.jsonl").exists() and driver_calls(events) == []  # nothing was spent
+    assert not list((out / "workspaces").glob(f"{row['cell_id']}-*"))
+
+    row, events = run.of("llm_by_curl", "fake-anthropic")
+    assert row["status"] == "completed", row
+    workspace = Path(json.loads((attempt_dir(run, row) / "outcome.json").read_text())["workspace"])
+    assert (workspace / "code" / "status.txt").read_text() == "200"
+    assert [(c["input_tokens"], c["output_tokens"]) for c in driver_calls(events)] == [(1000, 50)]
+    assert fake.calls == 1
+
+
+def test_a_different_installed_version_is_refused(cli_bin):
+    adapter = get_adapter("codex")
+    exe, version = find_cli(adapter, pins()["codex"].rpartition("@")[2], [str(cli_bin)], "codex")
+    assert exe == cli_bin / "codex" and version == pins()["codex"].rpartition("@")[2]
+    with pytest.raises(CliUnavailable, match=r"pins @openai/codex 0\.0\.1 but .* is version .*npm install -g "
+                                             r"@openai/codex@0\.0\.1"):
+        find_cli(adapter, "0.0.1", [str(cli_bin)], "codex")
+
+
+# -- configuration (no Ray) -------------------------------------------------------------------------------------
+
+def test_cli_agents_are_crossed_only_with_drivers_speaking_their_protocol():
+    cells = expand(compose(["sweep=demo", "sweep.seeds=[0]", f"sweep.agents=[{','.join(CLIS)}]",
+                            "sweep.drivers=[claude-sonnet,gpt,gemini,local-vllm]"]))
+    pairs = sorted((c.agent.name, c.driver.name) for c in cells)
+    assert pairs == sorted([("claude_code", "claude-sonnet"), ("codex", "gpt"), ("codex", "local-vllm"),
+                            ("gemini_cli", "gemini"), ("opencode", "claude-sonnet"), ("opencode", "gpt"),
+                            ("opencode", "gemini"), ("opencode", "local-vllm")])
+    with pytest.raises(ConfigError, match="agent 'claude_code' speaks anthropic but no driver in the sweep does "
+                                          r"\(gpt: openai\); add one such, e.g. claude-sonnet"):
+        expand(compose(["sweep=demo", "agent=claude_code", "driver=gpt"]))
+    with pytest.raises(ConfigError, match="adapter='nope' is not a CLI adapter"):
+        expand(compose(["sweep=demo", "agent=claude_code", "agent.adapter=nope", "driver=gpt"]))
