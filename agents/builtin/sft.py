@@ -165,7 +165,11 @@ def train(model_path, rows: list[dict], output_dir, args: dict, seed: int, deadl
             per_step = (now - self.start) / (step - self.first_step) if step > self.first_step else None
             reserve = grading_s() + float(args["margin_s"])
             # Safety net: if the estimates were off and this round cannot finish, hand over what we have now.
-            late = per_step is not None and now + (self.round_end - step) * per_step + reserve > deadline
+            # Trust the per-step estimate only after some steps: one slow step (a busy machine) must not end
+            # the run after two steps; running out of time outright always counts.
+            timed = step - (self.first_step or step)
+            late = now + reserve > deadline or (
+                per_step is not None and timed >= 10 and now + (self.round_end - step) * per_step + reserve > deadline)
             if step < self.round_end and not late:
                 return
             path = output_dir / f"round-{len(saved) + 1}"
