@@ -107,9 +107,10 @@ class WandbCallback(tune.Callback):
     def __init__(self, project: str, entity: str | None, mode: str, root: Path):
         self.project, self.entity, self.mode, self.root = project, entity, mode, root
         self.runs = {}
+        self.usage = {}
 
     def __getstate__(self):
-        return {**self.__dict__, "runs": {}}
+        return {**self.__dict__, "runs": {}, "usage": {}}
 
     def _run(self, trial):
         import wandb
@@ -129,9 +130,18 @@ class WandbCallback(tune.Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         events = json.loads(result.get("events") or "[]")
         subs = [e for e in events if e["kind"] == "submission"]
-        if not subs and "done_outcome" not in result:
+        calls = [e for e in events if e["kind"] == "driver_usage"]
+        if not subs and not calls and "done_outcome" not in result:
             return
         run = self._run(trial)
+        used = self.usage.setdefault(cell_of(trial).cell_id, {"tokens": 0, "cost_usd": 0.0, "calls": 0})
+        for e in calls:  # driver metering, cumulative, so scaling over tokens can be read off the run
+            p = e["payload"]
+            used["tokens"] += int(p.get("input_tokens") or 0) + int(p.get("output_tokens") or 0)
+            used["cost_usd"] += float(p.get("cost_usd") or 0.0)
+            used["calls"] += 1
+            run.log({"driver/tokens": used["tokens"], "driver/cost_usd": used["cost_usd"],
+                     "driver/calls": used["calls"], "elapsed_s": e["t"]})
         for e in subs:
             p = e["payload"]
             metrics = {"submission/score": p.get("score"), "submission/best": p.get("best"),
@@ -146,6 +156,7 @@ class WandbCallback(tune.Callback):
             run.summary.update({k: v for k, v in outcome.items() if k != "workspace"})
             run.finish()
             self.runs.pop(cell_of(trial).cell_id, None)
+            self.usage.pop(cell_of(trial).cell_id, None)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         run = self.runs.pop(cell_of(trial).cell_id, None)

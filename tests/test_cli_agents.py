@@ -171,7 +171,8 @@ def main_run(sweep_runner):
     drivers = [fake_driver(name, provider, fake, MODELS[name]) for name, provider in providers.items()]
     try:
         out = sweep_runner("cli-main", [f"sweep.agents=[{','.join(CLIS)}]", drivers_override(drivers),
-                                        "sweep.budget.wall_time_s=150", "sweep.budget.max_submissions=2"])
+                                        "sweep.budget.wall_time_s=150", "sweep.budget.max_submissions=2",
+                                        "logger=wandb", "logger.mode=offline"])
     finally:
         fake.stop()
     return collect(out, fake)
@@ -218,6 +219,14 @@ def test_tokens_and_cost_metered_exactly_as_the_upstream_reported(main_run, agen
         assert (c["input_tokens"], c["output_tokens"], c["cached_tokens"]) == (1000, 50, 200), c
         assert c["cost_usd"] == pytest.approx(COST_PER_CALL)
         assert c["model"] == MODELS[driver]  # whatever the CLI asked for, the configured model answered
+
+
+def test_driver_usage_goes_to_each_cells_wandb_run(main_run):
+    runs = sorted(main_run.out.glob("wandb/offline-run-*/*.wandb"))
+    assert len(runs) == len(MAIN_CELLS)
+    for path in runs:
+        data = path.read_bytes()  # the run's protobuf log: metric names are stored as they are
+        assert b"driver/tokens" in data and b"driver/cost_usd" in data and b"submission/score" in data
 
 
 def test_every_upstream_call_is_metered_once(main_run):
