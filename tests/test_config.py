@@ -91,3 +91,12 @@ def test_cfg_job_prints_resolved_config():
     proc = subprocess.run([sys.executable, "-m", "orchestrator", "sweep=smoke", "--cfg", "job"], cwd=ROOT,
                           capture_output=True, text=True, check=True)
     assert "name: smoke" in proc.stdout and "wall_time_s: 10" in proc.stdout
+
+
+def test_paper_grid_crosses_each_cli_with_the_drivers_it_speaks():
+    cells = cells_for("sweep=paper_grid")
+    pairs = {(c.agent.name, c.driver.name) for c in cells}
+    assert ("claude_code", "claude-sonnet") in pairs and ("claude_code", "gpt") not in pairs
+    assert {d for a, d in pairs if a == "opencode"} == {"claude-sonnet", "gpt", "gemini"}
+    assert {d for a, d in pairs if a in ("sft", "copy_base", "noop")} == {"none"}
+    assert len(cells) == (6 + 3) * 2 * 3  # (CLI x driver pairs + reference agents) x tasks x seeds
