@@ -17,8 +17,9 @@ pytest.importorskip("textworld")
 SMALL_TASK = {
     "name": "alfworld_t", "cls": "evaluators.tasks.alfworld_task:AlfWorldTask", "level": 3,
     "base_model": "tiny-alfworld", "n_train": 3, "n_eval": 2, "seed": 0,
-    "task_types": ["pick", "clean", "look"], "max_steps": 50,
-    "rollout": {"num_hosts": 2, "num_replicas": 2, "max_sessions_per_run": 3, "idle_timeout_s": 4},
+    "task_types": ["pick", "clean", "look"], "max_steps": 50, "expert": "ordered", "expert_episodes": 2,
+    "expert_noise": 0.3,
+    "rollout": {"num_hosts": 2, "num_replicas": 2, "max_sessions_per_run": 3, "idle_timeout_s": 10},
     "grader": {"backend": "transformers", "batch_size": 8, "max_new_tokens": 12, "num_cpus": 1, "num_gpus": 0},
 }
 
@@ -189,7 +190,7 @@ def test_session_limit_close_and_close_run(service):
 def test_idle_sessions_are_reclaimed(service):
     client = Client(service)
     sids = [client.reset(game=i)["session_id"] for i in range(3)]
-    time.sleep(4 + 3)  # idle_timeout_s=4; hosts look every second
+    time.sleep(10 + 3.5)  # idle_timeout_s=10; hosts look every 2.5 s
     r = client.post("/step", {"session_id": sids[0], "command": "look"})
     assert r.status_code == 404 and r.json()["code"] == "unknown_session"
     assert client.get("/sessions").json()["sessions"] == []

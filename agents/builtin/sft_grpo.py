@@ -48,6 +48,8 @@ DEFAULTS = {
     "episodes_per_round": 4,
     "horizon": 12,                # greedy steps after a candidate before the episode counts as lost
     "temperature": 1.0,
+    "loss_type": "dapo",
+    "scale_rewards": "group",
     "max_new_tokens": 16,
     "submit_every": 2,            # GRPO rounds between submissions (the last round is always submitted)
     # time
@@ -143,17 +145,13 @@ class Env:
             status, answer = http(self.url + path, self.token, body)
             if status == 200:
                 return answer
+            if status == 404 and path == "/reset" and "session_id" in body:  # a pooled session expired: open anew
+                body = {k: v for k, v in body.items() if k != "session_id"}
+                continue
             if status not in (0, 429, 500, 502, 503) or attempt == 4:
                 raise RuntimeError(f"POST {path} {body}: {status} {answer}")
             time.sleep(0.5 * (attempt + 1))
         raise AssertionError
-
-    def start(self, game: str, actions: list[str]) -> dict:
-        """A session on `game` after `actions` (a reused session when one is free)."""
-        body = {"game": game, "actions": actions}
-        if self.free:
-            return self._post("/reset", {**body, "session_id": self.free.pop()})
-        return self._post("/reset", body)
 
     def starts(self, starts: list[tuple[str, list[str]]]) -> list[dict]:
         n_new = max(0, len(starts) - len(self.free))
@@ -338,6 +336,7 @@ def grpo_round(model, tokenizer, states: list[dict], reward: EnvReward, args: di
         output_dir=str(out_dir / ".grpo-trainer"), max_steps=steps, per_device_train_batch_size=per * g,
         num_generations=g, max_completion_length=int(args["max_new_tokens"]),
         temperature=float(args["temperature"]), learning_rate=float(args["grpo_learning_rate"]), beta=0.0,
+        loss_type=args["loss_type"], scale_rewards=args["scale_rewards"],
         lr_scheduler_type="constant", warmup_steps=0, seed=seed, data_seed=seed, save_strategy="no", report_to=[],
         logging_steps=1, disable_tqdm=True, use_cpu=not use_gpu, bf16=False, dataloader_num_workers=0)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

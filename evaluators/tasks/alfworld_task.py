@@ -50,12 +50,14 @@ def _locked(path: Path):
 class AlfWorldTask(Task):
     def __init__(self, name: str, n_train: int = 24, n_eval: int = 12, seed: int = 0,
                  task_types: list[str] | None = None, level: int = 3, max_steps: int = 50,
-                 expert: str = "search", eval_salt: str | None = None, data_path: str | None = None,
+                 expert: str = "search", expert_episodes: int = 1, expert_noise: float = 0.0, eval_salt: str | None = None, data_path: str | None = None,
                  build_workers: int = 1, eval_workers: int = 0, description: str = "",
                  rollout: dict | None = None, cache_dir: str | None = None):
         """n_train / n_eval: generated games per split (with data_path: caps, 0 = all); task_types: the six upstream
         types or aliases (pick, look, clean, heat, cool, pick_two), cycled; expert: the SFT trajectories' expert,
-        "search", "ordered" (search in the listed order: easier to imitate) or "planner"; build_workers: processes
+        "search", "ordered" (search in the listed order: easier to imitate) or "planner"; expert_episodes / expert_noise
+        (ordered only): episodes per train game, all but the first with perturbations injected at this rate (recovery
+        data, see envs.alfworld.ordered_expert); build_workers: processes
         generating games; eval_workers: processes stepping eval games during grading (0: in the grader's process);
         rollout: the rollout service's settings (see envs.rollout_service); cache_dir: where games live (default:
         $A2RL_CACHE_DIR or ~/.cache/a2rl)."""
@@ -68,6 +70,7 @@ class AlfWorldTask(Task):
         self.task_types = list(task_types) if task_types else None
         self.max_steps = int(max_steps)
         self.expert = expert
+        self.expert_episodes, self.expert_noise = int(expert_episodes), float(expert_noise)
         self.eval_salt = eval_salt
         self.data_path = data_path
         self.build_workers = int(build_workers)
@@ -138,20 +141,23 @@ class AlfWorldTask(Task):
     # -- rows -------------------------------------------------------------------------------------------------
     @cached_property
     def _train(self) -> list[dict]:
-        path = self.games_dir / f"train-{self.expert}.jsonl"
+        path = self.games_dir / f"train-{self.expert}-{self.expert_episodes}-{self.expert_noise:g}.jsonl"
         games = self.train_games()  # builds the splits first (under their own lock)
         if not path.exists():
             with _locked(path.with_name(f".{path.name}.lock")):
                 if not path.exists():
                     from envs.alfworld.expert import expert_steps, trajectory_records
-                    from envs.alfworld.ordered_expert import ordered_steps
+                    from envs.alfworld.ordered_expert import ordered_records
 
                     rows = []
                     for game in games:
-                        episode = (ordered_steps(game, self.max_steps) if self.expert == "ordered" else
-                                   expert_steps(game, mode=self.expert, max_steps=self.max_steps))
-                        for rec in trajectory_records(episode, game_name=self.game_name(game)):
-                            rows.append(self._train_row(rec))
+                        name = self.game_name(game)
+                        if self.expert == "ordered":
+                            recs = ordered_records(game, self.expert_episodes, self.expert_noise, self.max_steps, name)
+                        else:
+                            episode = expert_steps(game, mode=self.expert, max_steps=self.max_steps)
+                            recs = trajectory_records(episode, game_name=name)
+                        rows += [self._train_row(rec) for rec in recs]
                     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
                     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
                     os.replace(tmp, path)
@@ -159,10 +165,10 @@ class AlfWorldTask(Task):
 
     def _train_row(self, rec: dict) -> dict:
         system, user, assistant = rec["messages"]
-        return {"id": f"{self.name}-train-{rec['game']}-{rec['step']}", "prompt": user["content"],
+        return {"id": f"{self.name}-train-{rec['game']}-{rec.get('episode', 0)}-{rec['step']}", "prompt": user["content"],
                 "completion": assistant["content"], "answer": assistant["content"],
                 "messages": [system, user], "game": rec["game"], "task": rec["task"], "task_type": rec["task_type"],
-                "step": rec["step"], "expert": rec["expert"]}
+                "step": rec["step"], "episode": rec.get("episode", 0), "expert": rec["expert"]}
 
     def train_rows(self) -> list[dict]:
         return [dict(row) for row in self._train]
@@ -227,7 +233,9 @@ list of admissible commands, and replies with the next command. A game is won wh
 
 - `messages`: the exact chat the grader sends at that step (system + user)
 - `prompt`: the user message alone; `completion` (= `answer`): the expert's command
-- `game`, `task`, `task_type`, `step`: which train game and step it comes from
+- `game`, `task`, `task_type`, `step`, `episode`: which train game, episode and step it comes from (episode 0 is the
+  expert's own play; in later episodes some steps were detours or repeated commands injected on purpose, which show
+  up in the history but have no row: those rows show how to recover)
 
 Example:
 
@@ -235,7 +243,7 @@ Example:
 {json.dumps(example, ensure_ascii=False)}
 ```
 
-The expert searches receptacles in a fixed order; it never sees hidden information.
+The expert ({self.expert}) uses only what the prompt shows; it never sees hidden information.
 
 ## How the grader plays and scores
 
