@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from orchestrator import sandbox
 from orchestrator.layout import Layout
-from orchestrator.ledger import ERRORED, FINISHED, PENDING, RUNNING, Ledger
+from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
 from orchestrator.records import reconcile
 from orchestrator.specs import CellSpec, ConfigError, to_plain
 from orchestrator.sweep import check_cluster, expand
