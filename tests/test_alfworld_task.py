@@ -111,6 +111,10 @@ def test_grading_plays_every_eval_game_in_lockstep(task):
     assert result["score"] == 100.0 and result["n"] == 2
     assert [item["score"] for item in result["items"]] == [1.0, 1.0]
     assert expert.batches[0] == 2  # one batched call per step over the active games
+    from envs.alfworld.rollouts import play_batch  # the same games stepped by two worker processes
+
+    generate = lambda chats: expert.generate("scripted", chats, 12)  # noqa: E731
+    assert play_batch(task.eval_games(), generate, workers=2) == play_batch(task.eval_games(), generate, workers=0)
     babbler = ScriptedBackend(fixed="I would like to fly.")
     result = evaluate_loaded(task, babbler, "scripted", rows, 12)
     assert result["score"] == 0.0 and all(item["steps"] == 50 for item in result["items"])
@@ -205,26 +209,29 @@ def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task,
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     args = {**agent.DEFAULTS, **RL_TEST_ARGS}
-    agent.run_sft(model, tokenizer, [{"messages": s["messages"], "completion": s["win"]} for s in states], args, 0,
-                  float("inf"), tmp_path)
+    all_states, states = states, states[::2]  # RL on the pick and look games: two states keep each step cheap
+    agent.run_sft(model, tokenizer, [{"messages": s["messages"], "completion": s["win"]} for s in all_states],
+                  args, 0, float("inf"), tmp_path)
     before = win_probability(model, tokenizer, states)
 
     client = Client(service)
     env = agent.Env(service["url"], client.token)
     reward = agent.EnvReward(env, agent.Policy(model, tokenizer, 12), SYSTEM_PROMPT, horizon=0)
-    # Every step sees all three states (a batch is the whole dataset): on a model this small, a batch without one of
-    # them pulls that state's command away through shared weights.
+    # Every step sees both states (a batch is the whole dataset): on a model this small, a batch without one of them
+    # pulls that state's command away through shared weights.
     stats = agent.grpo_round(model, tokenizer, states, reward, args, 0, tmp_path, int(args["grpo_steps_per_round"]))
     after = win_probability(model, tokenizer, states)
     print(f"P(winning command) {before:.3f} -> {after:.3f}; sampled reward by step {stats['reward_by_step']}")
     assert 0 < before < 0.9  # the warm-up left room to learn
-    assert after > before + 0.02
-    assert any(0 < r < 1 for r in stats["reward_by_step"])  # the game's answers told candidates apart
+    assert after > before + 0.04
+    curve = stats["reward_by_step"]
+    third = len(curve) // 3
+    assert sum(curve[-third:]) > sum(curve[:third])  # sampled commands win more often by the end
     service["handle"].close_run.remote(client.token).result()
 
 
 # Adam's first steps move every weight by about the learning rate whatever the gradient's size: with a noisy policy
 # gradient, 1e-3 wrecks a model this small (measured), 3e-4 improves it steadily.
 RL_TEST_ARGS = {"sft_steps": 30, "sft_batch_size": 3, "sft_learning_rate": 2e-3, "sft_warmup_steps": 2,
-                "grpo_steps_per_round": 8, "grpo_learning_rate": 3e-4, "num_generations": 8, "states_per_step": 3,
+                "grpo_steps_per_round": 15, "grpo_learning_rate": 3e-4, "num_generations": 6, "states_per_step": 2,
                 "max_new_tokens": 12, "temperature": 1.0}
