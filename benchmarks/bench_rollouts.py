@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_AUTH_MODE", "token")  # as the orchestrator runs it: agents cannot connect
 
 
 def task_cfg(n_games: int, hosts: int, replicas: int, max_sessions: int) -> dict:

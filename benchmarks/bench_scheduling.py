@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_AUTH_MODE", "token")  # as the orchestrator runs it: agents cannot connect
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 

@@ -104,6 +104,7 @@ class EnvHost:
         self.sessions: dict[str, _Session] = {}
         self.lock = threading.Lock()
         self.counters = {"opened": 0, "steps": 0, "reaped": 0}
+        self.usage: dict[str, dict] = {}  # run token -> its resets, steps and wins (recorded when its cell ends)
         threading.Thread(target=self._reap_forever, name="reaper", daemon=True).start()
 
     def _reap_forever(self) -> None:
@@ -141,7 +142,14 @@ class EnvHost:
         s.last_used = time.monotonic()
         return s
 
+    def _use(self, owner: str, **counts: int) -> None:
+        usage = self.usage.setdefault(owner, {"resets": 0, "steps": 0, "wins": 0})
+        for key, n in counts.items():
+            usage[key] += n
+
     def _answer(self, s: _Session, session_id: str, obs: str, info: dict, reward: float = 0.0) -> dict:
+        if not s.won and info.get("won"):
+            self._use(s.owner, wins=1)
         s.won = s.won or bool(info.get("won"))
         s.done = s.won or s.game.done or s.game.steps >= self.max_steps
         s.last = {"session_id": session_id, "observation": obs,
@@ -152,13 +160,15 @@ class EnvHost:
     def _start(self, s: _Session, session_id: str, actions: list[str]) -> dict:
         obs, info = s.game.reset()
         s.won = s.done = False
+        self._use(s.owner, resets=1)
         out = self._answer(s, session_id, obs, info)
         for cmd in actions:
             if s.done:
                 break
             obs, score, _, info = s.game.step(cmd)
+            self.counters["steps"] += 1
+            self._use(s.owner, steps=1)
             out = self._answer(s, session_id, obs, info, score)
-        self.counters["steps"] += len(actions)
         return {**out, "task": s.game.task, "game": self._game_ref(s.game_index)}
 
     def _game_ref(self, index: int) -> dict:
@@ -200,6 +210,7 @@ class EnvHost:
             return dict(s.last)
         obs, score, _, info = s.game.step(command)
         self.counters["steps"] += 1
+        self._use(s.owner, steps=1)
         return self._answer(s, session_id, obs, info, score)
 
     @_answers_errors
@@ -210,13 +221,15 @@ class EnvHost:
         s.game.close()
         return True
 
-    def close_owner(self, owner: str) -> list[str]:
+    def close_owner(self, owner: str) -> tuple[list[str], dict]:
+        """Close a run's sessions; returns their ids and the run's usage of this host (forgotten here)."""
         with self.lock:
             ids = [sid for sid, s in self.sessions.items() if s.owner == owner]
             dropped = [self.sessions.pop(sid) for sid in ids]
+            usage = self.usage.pop(owner, {})
         for s in dropped:
             s.game.close()
-        return ids
+        return ids, usage
 
     def owned(self, owner: str) -> list[dict]:
         with self.lock:
@@ -295,13 +308,16 @@ class RolloutService:
         self._next_host = self._rng.randrange(len(self.hosts))
 
     # -- orchestrator side (deployment handle) --------------------------------------------------------------------
-    async def close_run(self, token: str) -> int:
-        """Close every session of a run (its cell ended); returns how many were open."""
-        closed = 0
-        for ids in [await host.close_owner.remote(token) for host in self.hosts]:
-            closed += len(ids)
+    async def close_run(self, token: str) -> dict:
+        """Close every session of a run (its cell ended); returns how many were open and the run's total use of the
+        environment (episodes started or replayed, steps, wins) for its records."""
+        total = {"closed": 0, "resets": 0, "steps": 0, "wins": 0}
+        for ids, usage in [await host.close_owner.remote(token) for host in self.hosts]:
+            total["closed"] += len(ids)
+            for key, n in usage.items():
+                total[key] += n
         await self.registry.release_sessions.remote(token, None)
-        return closed
+        return total
 
     async def stats(self) -> list[dict]:
         return [await host.stats.remote() for host in self.hosts]
@@ -482,8 +498,9 @@ def deploy(task_cfg: dict, cache_dir: str) -> str:
     return route_prefix(task_cfg["name"])
 
 
-def close_run(task_name: str, token: str) -> int:
-    """Close a run's sessions through the deployment handle (the orchestrator, when a cell ends)."""
+def close_run(task_name: str, token: str) -> dict:
+    """Close a run's sessions through the deployment handle (the orchestrator, when a cell ends); returns the run's
+    use of the environment."""
     return serve.get_app_handle(app_name(task_name)).close_run.remote(token).result()
 
 

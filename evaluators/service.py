@@ -1,7 +1,8 @@
 """The grading service: one Ray Serve application per task, FastAPI ingress, agent-facing API of DESIGN.md.
 
   POST /submit {"model_path"}   evaluate a model directory on the hidden eval split (Authorization: Bearer TOKEN)
-  GET  /status                  time, submissions, best so far for the caller's run
+  GET  /status                  time, submissions, best so far for the caller's run (and its driver's tokens and
+                                cost when it has one, as the driver proxy meters them)
   GET  /health
 
 The orchestrator registers and closes runs through the deployment handle. Run state lives in the shared
@@ -36,6 +37,24 @@ def run_token(request: Request) -> str:
 
 def error_response(e: SubmissionError) -> JSONResponse:
     return JSONResponse(status_code=e.status, content=e.body())
+
+
+async def driver_status(key: str) -> dict:
+    """The run's LLM use so far, from the driver proxy's meter (the one that enforces the budget)."""
+    from agents.proxy.deployment import APP_NAME
+
+    try:
+        usage = await serve.get_app_handle(APP_NAME).usage.remote(key)
+    except Exception as e:  # noqa: BLE001 - /status must answer even when the proxy cannot
+        return {"driver_error": f"the driver proxy did not answer: {type(e).__name__}"}
+
+    def left(limit, used):
+        return None if limit is None else max(0.0, limit - used)
+
+    return {"tokens_used": usage["total_tokens"], "max_tokens": usage["max_tokens"],
+            "remaining_tokens": left(usage["max_tokens"], usage["total_tokens"]),
+            "cost_usd": usage["cost_usd"], "max_cost_usd": usage["max_cost_usd"],
+            "remaining_cost_usd": left(usage["max_cost_usd"], usage["cost_usd"]), "driver_calls": usage["calls"]}
 
 
 @serve.deployment(max_ongoing_requests=256, health_check_period_s=10)
@@ -96,10 +115,13 @@ class Grader:
         except SubmissionError as e:
             return error_response(e)
         now = time.time()
-        return {"task": self.task_cfg["name"], "elapsed_s": now - run["started_at"],
-                "remaining_s": max(0.0, run["deadline"] - now), "submissions_used": run["used"],
-                "remaining_submissions": run["max_submissions"] - run["used"], "evaluating": run["inflight"],
-                "best": run["best"], "baseline_score": self.baseline}
+        answer = {"task": self.task_cfg["name"], "elapsed_s": now - run["started_at"],
+                  "remaining_s": max(0.0, run["deadline"] - now), "submissions_used": run["used"],
+                  "remaining_submissions": run["max_submissions"] - run["used"], "evaluating": run["inflight"],
+                  "best": run["best"], "baseline_score": self.baseline}
+        if run.get("driver_key"):
+            answer.update(await driver_status(run["driver_key"]))
+        return answer
 
     @api.post("/submit")
     async def submit(self, request: Request):

@@ -1,6 +1,7 @@
 """`python -m orchestrator [overrides]` runs a sweep; `python -m orchestrator report output_dir=DIR` analyses it."""
 from __future__ import annotations
 
+import os
 import sys
 
 import hydra
@@ -8,6 +9,9 @@ from omegaconf import DictConfig
 
 from orchestrator.specs import ConfigError
 from orchestrator.sweep import CONF_DIR, GROUPS, known
+
+# wandb takes our `agents` package for OpenAI's Agents SDK and advertises Weave at every run: it is not that.
+os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")
 
 
 def check_group_overrides(argv: list[str]) -> None:

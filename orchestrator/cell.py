@@ -7,6 +7,7 @@ which is what Tune's retry (FailureConfig) retries.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 import time
@@ -30,6 +31,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 def sandbox_paths(layout: Layout) -> tuple[list[Path], list[Path]]:
     """What the sandbox hides and what it binds back read-only, computed on the node that runs the agent."""
     hidden = [PROJECT_ROOT, Path("/tmp"), Path.home(), *layout.hidden_from_agents()]
+    if os.environ.get("RAY_AUTH_TOKEN_PATH"):  # the cluster's token, when it is not in $HOME (~/.ray/auth_token)
+        hidden.append(Path(os.environ["RAY_AUTH_TOKEN_PATH"]))
     readonly = [*sandbox.python_paths(), layout.models_cache]
     return hidden, readonly
 
@@ -88,10 +91,6 @@ def run_cell(config: dict) -> None:
                    if int(cell.task.get("level", 1)) == 3 else {}),
                 "started_at": started, "deadline": deadline}
     materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info, agent_files=agent_files)
-    registered = grader.register_run.remote(token, {
-        "cell_id": cell.cell_id, "workspace": str(workspace), "records_dir": str(adir),
-        "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": started, "deadline": deadline,
-        "max_submissions": cell.budget.max_submissions}).result()
 
     env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
     hidden, readonly = sandbox_paths(layout)
@@ -99,6 +98,11 @@ def run_cell(config: dict) -> None:
         argv = session.start(workspace, env, opts["driver_url"], adir / DRIVER_CALLS, argv)
         readonly += session.readonly_paths(hidden)
     try:
+        registered = grader.register_run.remote(token, {
+            "cell_id": cell.cell_id, "workspace": str(workspace), "records_dir": str(adir),
+            "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": started, "deadline": deadline,
+            "max_submissions": cell.budget.max_submissions,
+            "driver_key": session.key if session is not None else None}).result()  # /status shows its tokens
         proc = sandbox.start(argv, workspace, env, adir / "agent.stdout", adir / "agent.stderr",
                              sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly)
     except BaseException:
@@ -108,7 +112,7 @@ def run_cell(config: dict) -> None:
     agent_started = time.time()
     subs, calls, trace = JsonlTail(adir / SUBMISSIONS), JsonlTail(adir / DRIVER_CALLS), JsonlTail(adir / TRACE)
     state = {"best": None, "n": 0, "driver_calls": 0, "trace": 0}
-    limit, exit_code = None, None
+    limit, exit_code, env_usage = None, None, None
 
     def report_new(extra_events=(), final=False) -> None:
         events = list(extra_events)
@@ -158,7 +162,7 @@ def run_cell(config: dict) -> None:
             from envs.rollout_service import close_run as close_sessions
 
             try:
-                close_sessions(cell.task_name, token)
+                env_usage = close_sessions(cell.task_name, token)
             except Exception as e:  # idle sessions expire anyway; this must not turn a result into an infra error
                 print(f"[a2rl] closing the rollout sessions of {cell.cell_id} failed: {e!r}", file=sys.stderr)
     report_new(final=True)
@@ -182,7 +186,8 @@ def run_cell(config: dict) -> None:
                "workspace": str(workspace), "evaluations_unfinished": still_running,
                # the cell's own overhead: before the agent ran, and after it stopped (kill, waiting on grading)
                "setup_s": agent_started - started, "teardown_s": ended - agent_ended,
-               **(session.summary() if session is not None else {})}
+               **(session.summary() if session is not None else {}),
+               **({"env_usage": env_usage} if env_usage is not None else {})}
     write_json_durably(adir / OUTCOME, outcome)
     tune.report({"cell_id": cell.cell_id, "attempt": attempt, "done_outcome": json.dumps(outcome),
                  "events": json.dumps([outcome_event(cell.cell_id, attempt, outcome)]),

@@ -99,14 +99,19 @@ def reap_orphaned_ray_agents() -> int:
 def start_ray(cluster: DictConfig) -> None:
     import ray
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local loopback cluster needs no token auth
     if cluster.mode == "local":
+        # Token auth: without it any process on the machine (an agent in its sandbox, too) can connect to the
+        # cluster and read the graders' state. Ray keeps the token in ~/.ray/auth_token, which the sandbox hides.
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
         reap_orphaned_ray_agents()
         resources = {EMULATED_GPU: float(cluster.emulated_gpus)} if cluster.emulated_gpus else None
         ray.init(num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
                  _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
                  configure_logging=True, logging_level="WARNING")
     else:
+        if os.environ.get("RAY_AUTH_MODE") != "token":
+            print("[a2rl] warning: RAY_AUTH_MODE is not 'token': unless the cluster enforces token auth, an agent can "
+                  "connect to it from its node and read the graders' state", file=sys.stderr)
         ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level="WARNING")
 
 

@@ -57,8 +57,8 @@ def bwrap_argv(workspace: Path, hidden: list[Path], readonly: list[Path]) -> lis
     # Only bind back what a hidden path would otherwise cover.
     readonly = sorted({p.resolve() for p in readonly if p.exists() and any(_covers(h, p.resolve()) for h in hidden)},
                       key=_depth)
-    for path in hidden:
-        argv += ["--tmpfs", str(path)]
+    for path in hidden:  # a folder becomes empty, a file reads as empty
+        argv += ["--dev-bind", "/dev/null", str(path)] if path.is_file() else ["--tmpfs", str(path)]
     for path in readonly:
         if not _covers(path, workspace):
             argv += ["--ro-bind", str(path), str(path)]

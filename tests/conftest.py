@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_AUTH_MODE", "token")  # as the orchestrator runs it: agents cannot connect
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")

@@ -38,10 +38,11 @@ USAGE = Usage(input_tokens=1000, output_tokens=50, cached_tokens=200)
 PRICES = {"price_input_per_mtok": 3.0, "price_output_per_mtok": 15.0, "price_cached_input_per_mtok": 0.3}
 COST_PER_CALL = (800 * 3.0 + 200 * 0.3 + 50 * 15.0) / 1e6
 # What the scripted model asks every CLI to run: leave a file in code/, dump the environment the agent sees (to
-# check no real key is in it), submit a copy of the base model with curl, and keep the grader's answer.
+# check no real key is in it), submit a copy of the base model with curl, and keep the grader's answer and its status.
 SUBMIT = ("env > code/agent_env.txt; mkdir -p output && cp -r model/. output/m && "
           "curl -s -X POST \"$GRADING_SERVER_URL/submit\" -H \"Authorization: Bearer $A2RL_RUN_TOKEN\" "
           "-H 'Content-Type: application/json' -d '{\"model_path\": \"output/m\"}' > code/submission.json "
+          "&& curl -s \"$GRADING_SERVER_URL/status\" -H \"Authorization: Bearer $A2RL_RUN_TOKEN\" > code/status.json "
           "&& echo SUBMITTED")
 
 
@@ -204,6 +205,9 @@ def test_cli_completes_and_its_submission_reaches_the_ledger(main_run, agent, dr
     workspace = Path(json.loads((adir / "outcome.json").read_text())["workspace"])
     answer = json.loads((workspace / "code" / "submission.json").read_text())
     assert answer["submission_id"] == subs[0]["submission_id"]  # the agent saw the grader's answer
+    status = json.loads((workspace / "code" / "status.json").read_text())  # asked right after submitting
+    assert status["submissions_used"] == 1 and status["driver_calls"] >= 1, status
+    assert status["tokens_used"] == 1050 * status["driver_calls"], status  # the proxy's meter, call by call
     outcome = json.loads((adir / "outcome.json").read_text())
     assert outcome["agent_version"] == pins()[agent].rpartition("@")[2]
     assert outcome["driver_usage"]["calls"] == len(driver_calls(events))

@@ -108,6 +108,9 @@ def test_an_episode_through_the_service_wins_with_the_walkthrough(service):
     assert not replayed["won"] and plan[-1] in replayed["admissible_commands"]
     assert client.step(replayed["session_id"], plan[-1])["won"]
     client.post("/close", {"session_id": start["session_id"]})
+    # What the run did is what its cell records when it ends (replayed commands are steps; "look" after the end is not)
+    usage = service["handle"].close_run.remote(client.token).result()
+    assert usage == {"closed": 0, "resets": 2, "steps": 2 * len(plan), "wins": 2}
 
 
 def test_bad_actions_are_answered_by_the_game(service):
@@ -178,7 +181,8 @@ def test_session_limit_close_and_close_run(service):
     assert r.status_code == 200 and r.json()["open_sessions"] == 2
     sids[0] = client.reset(game=1)["session_id"]
     # The orchestrator ends the run: its sessions go, and the closed token is refused.
-    assert service["handle"].close_run.remote(client.token).result() == 3
+    usage = service["handle"].close_run.remote(client.token).result()
+    assert usage == {"closed": 3, "resets": 4, "steps": 0, "wins": 0}
     assert client.get("/sessions").json()["sessions"] == []
     import ray
 

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -87,11 +89,12 @@ def agent_processes(marker: str) -> list[psutil.Process]:
     return found
 
 
-def command_agent(tmp_path: Path, name: str, script: str) -> list[str]:
-    """A command agent whose script travels into the workspace's code/ through agent.files."""
+def command_agent(tmp_path: Path, name: str, script: str, extra_files: tuple[Path, ...] = ()) -> list[str]:
+    """A command agent whose script (and extra files) travel into the workspace's code/ through agent.files."""
     path = tmp_path / name
     path.write_text(textwrap.dedent(script))
-    return ["sweep=smoke", "agent=command", f"agent.files=[{path}]", f"agent.command=bash code/{name}"]
+    files = ",".join(str(f) for f in (path, *extra_files))
+    return ["sweep=smoke", "agent=command", f"agent.files=[{files}]", f"agent.command=bash code/{name}"]
 
 
 @pytest.mark.parametrize("sandboxed", [True, False])
@@ -122,6 +125,14 @@ def test_budget_kills_the_whole_group_no_orphans(run_sweep, tmp_path, sandboxed)
 
 
 def test_sandbox_hides_secrets_and_other_cells(run_sweep, cache_dir, tmp_path):
+    import ray
+
+    gcs_port = ray.get_runtime_context().gcs_address.rsplit(":", 1)[1]
+    ray_probe = tmp_path / "ray_probe.py"
+    ray_probe.write_text(RAY_PROBE)
+    # The probe can tell: outside the sandbox, with the token in $HOME, it gets in.
+    outside = subprocess.run([sys.executable, str(ray_probe), gcs_port], capture_output=True, text=True, timeout=60)
+    assert "RAY_CONNECTED" in outside.stdout, outside.stdout + outside.stderr
     out = tmp_path / "out"
     out.mkdir()
     (out / "planted-secret.txt").write_text("TOP-SECRET-LEDGER")
@@ -138,8 +149,10 @@ def test_sandbox_hides_secrets_and_other_cells(run_sweep, cache_dir, tmp_path):
         echo ok > output/probe.txt && echo WORKSPACE_WRITABLE
         test -f model/config.json && echo MODEL_VISIBLE
         test -f data/train.jsonl && echo TRAIN_VISIBLE
+        # The Ray cluster listens on the machine's ports: without its token (in the hidden $HOME) it refuses.
+        {sys.executable} code/ray_probe.py {gcs_port}
         sleep 2  # so both cells' workspaces exist at once
-    """) + ["sweep.seeds=[0,1]"]
+    """, extra_files=(ray_probe,)) + ["sweep.seeds=[0,1]"]
     _, _, out = run_sweep(overrides, output_dir=out)
     rows = ledger_of(out).cells().values()
     assert len(rows) == 2
@@ -147,8 +160,33 @@ def test_sandbox_hides_secrets_and_other_cells(run_sweep, cache_dir, tmp_path):
         text = (out / "cells" / row["cell_id"] / "attempt-1" / "agent.stdout").read_text()
         assert "LEAK" not in text and text.count("HIDDEN") == len(secrets), text
         assert "WORKSPACES_SEEN 1" in text  # its own, never another cell's
-        for fact in ("SYSTEM_READONLY", "WORKSPACE_WRITABLE", "MODEL_VISIBLE", "TRAIN_VISIBLE"):
+        for fact in ("SYSTEM_READONLY", "WORKSPACE_WRITABLE", "MODEL_VISIBLE", "TRAIN_VISIBLE",
+                     "RAY_REFUSED AuthenticationError"):
             assert fact in text, text
+
+
+def test_hidden_folders_and_files_read_empty_in_the_sandbox(tmp_path):
+    from orchestrator import sandbox
+
+    folder, token, workspace = tmp_path / "records", tmp_path / "auth_token", tmp_path / "ws"
+    folder.mkdir()
+    (folder / "ledger.txt").write_text("SECRET")
+    token.write_text("TOKEN")
+    workspace.mkdir()
+    argv = sandbox.bwrap_argv(workspace, [folder, token], []) + ["--", "/bin/sh", "-c", f"ls {folder}; cat {token}"]
+    seen = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert seen.returncode == 0 and seen.stdout == "", seen
+    assert token.read_text() == "TOKEN"  # hidden from the sandbox, untouched outside
+
+
+# Reads the cluster's key-value store straight from its GCS, as any local process could without token auth.
+RAY_PROBE = """import sys
+from ray._raylet import GcsClient
+try:
+    GcsClient(address="127.0.0.1:" + sys.argv[1]).internal_kv_keys(b"", namespace=None, timeout=5)
+    print("RAY_CONNECTED")
+except Exception as e:
+    print("RAY_REFUSED", type(e).__name__)"""
 
 
 def test_infra_errors_are_retried_by_tune_then_recorded(run_sweep, tmp_path):

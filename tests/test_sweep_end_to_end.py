@@ -66,3 +66,28 @@ def test_report_on_a_missing_ledger_is_one_clear_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "orchestrator", "report", f"output_dir={tmp_path}", "logger=none"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "no ledger" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_alfworld_sweep_runs_sft_grpo_in_its_sandbox(run_sweep):
+    """Level 3 through the orchestrator: sft_grpo, sandboxed, warms up on the expert steps, plays train games through
+    the rollout service for GRPO, and each submission is graded by ReAct rollouts on the hidden eval games."""
+    small_task = ["task=alfworld", "task.n_train=3", "task.n_eval=2", "task.task_types=[pick,clean,look]",
+                  "task.expert_episodes=2", "task.rollout.num_hosts=1", "task.rollout.max_sessions_per_run=8",
+                  "task.grader.batch_size=8", "task.grader.max_new_tokens=12"]
+    quick_agent = ["agent=sft_grpo", "agent.args.sft_steps=40", "agent.args.grpo_steps_per_round=2",
+                   "agent.args.episodes_per_round=2", "agent.args.horizon=3", "agent.args.submit_every=1",
+                   "agent.args.grading_estimate_s=20", "agent.args.margin_s=5", "agent.args.max_new_tokens=12"]
+    _, _, out = run_sweep(["sweep=alfworld_small", "sweep.budget.wall_time_s=120", *small_task, *quick_agent])
+    ledger = Ledger(out / "ledger.sqlite")
+    (cell,) = ledger.cells().values()
+    assert cell["agent"] == "sft_grpo" and cell["status"] in ("completed", "budget_exhausted"), cell
+    subs = [e["payload"] for e in ledger.events(kind="submission")]
+    paths = [s["model_path"] for s in subs]
+    assert paths[0] == "output/sft" and any(p.startswith("output/grpo-") for p in paths[1:]), paths
+    assert all(s["score"] is not None and s["error"] is None for s in subs), subs
+    (outcome,) = [e["payload"] for e in ledger.events(kind="outcome")]
+    env = outcome["env_usage"]  # what it did in the environment, recorded with the cell
+    assert env["resets"] > 0 and env["steps"] > 0 and env["closed"] >= 0, env
+    stdout = (out / "cells" / cell["cell_id"] / "attempt-1" / "agent.stdout").read_text()
+    assert '"onpolicy_success"' in stdout
+    assert "Environment (rollout service)" in (out / "cells" / cell["cell_id"] / "report.md").read_text()

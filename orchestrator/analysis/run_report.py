@@ -109,6 +109,7 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         "gap_after_last_submission_s": (elapsed - trajectory[-1]["t"]) if elapsed is not None and trajectory
         else elapsed,
         "tokens": tokens if metered else None, "cost_usd": cost if metered else None,
+        "env_usage": outcome.get("env_usage"),  # level 3: resets, steps and wins through the rollout service
         "budget": budget,
         "budget_used": _budget_used(budget, elapsed, n_subs, tokens if metered else None, cost if metered else None),
         "trajectory": trajectory,
@@ -213,6 +214,10 @@ def render_markdown(r: dict) -> str:
         "- Budget used: " + ", ".join(f"{k} {fmt(v * 100, 0)}%" for k, v in used.items() if v is not None)
         + (f"; tokens {r['tokens']}, cost ${r['cost_usd']:.4f}" if r["tokens"] is not None else ""),
     ]
+    if r.get("env_usage"):
+        env = r["env_usage"]
+        lines.append(f"- Environment (rollout service): {env['resets']} episodes started, {env['steps']} steps, "
+                     f"{env['wins']} won")
     if r["error"]:
         lines.append(f"- Error: `{_one_line(r['error'])}`")
     lines += ["", "## Score trajectory", ""]
