@@ -74,9 +74,10 @@ def test_alfworld_sweep_runs_sft_grpo_in_its_sandbox(run_sweep):
     small_task = ["task=alfworld", "task.n_train=3", "task.n_eval=2", "task.task_types=[pick,clean,look]",
                   "task.expert_episodes=2", "task.rollout.num_hosts=1", "task.rollout.max_sessions_per_run=8",
                   "task.grader.batch_size=8", "task.grader.max_new_tokens=12"]
-    quick_agent = ["agent=sft_grpo", "agent.args.sft_steps=40", "agent.args.grpo_steps_per_round=2",
-                   "agent.args.episodes_per_round=2", "agent.args.horizon=3", "agent.args.submit_every=1",
-                   "agent.args.grading_estimate_s=20", "agent.args.margin_s=5", "agent.args.max_new_tokens=12"]
+    quick_agent = ["agent=sft_grpo", "agent.args.sft_steps=10", "+agent.args.grpo_rounds=1",
+                   "agent.args.grpo_steps_per_round=2", "agent.args.episodes_per_round=1", "agent.args.horizon=3",
+                   "agent.args.submit_every=1", "agent.args.grading_estimate_s=20", "agent.args.margin_s=5",
+                   "+agent.args.max_new_tokens=12"]
     _, _, out = run_sweep(["sweep=alfworld_small", "sweep.budget.wall_time_s=120", *small_task, *quick_agent])
     ledger = Ledger(out / "ledger.sqlite")
     (cell,) = ledger.cells().values()
