@@ -27,7 +27,8 @@ Submit a model directory (transformers format: weights, config, tokenizer) saved
 
 The answer (JSON) has `score`, `baseline_score` (the base model's), `improvement`, `best`,
 `remaining_submissions`, `elapsed_s` and `flags`. `GET $GRADING_SERVER_URL/status` (same header) shows time,
-submissions and best so far. The score is computed on a hidden eval split you cannot see.
+submissions and best so far (and, when you have an LLM driver, the tokens and cost used and left). The score is
+computed on a hidden eval split you cannot see.
 
 ## Your budget
 
