@@ -4,14 +4,18 @@ from __future__ import annotations
 import os
 import sys
 
-import hydra
-from omegaconf import DictConfig
-
-from orchestrator.specs import ConfigError
-from orchestrator.sweep import CONF_DIR, GROUPS, known
-
+# Ray token auth, so that agents (which share the machine's network) cannot connect to the cluster. Ray reads this
+# when it is imported, so it is set before anything imports ray. To join a cluster=ray without auth, set
+# RAY_AUTH_MODE=disabled yourself (agents on its nodes can then reach it).
+os.environ.setdefault("RAY_AUTH_MODE", "token")
 # wandb takes our `agents` package for OpenAI's Agents SDK and advertises Weave at every run: it is not that.
 os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from orchestrator.specs import ConfigError  # noqa: E402
+from orchestrator.sweep import CONF_DIR, GROUPS, known  # noqa: E402
 
 
 def check_group_overrides(argv: list[str]) -> None:

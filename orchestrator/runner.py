@@ -74,24 +74,26 @@ def free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
+RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
 def reap_orphaned_ray_agents() -> int:
     """Kill Ray agents left behind by a local cluster whose orchestrator was killed (SIGKILL, OOM).
 
-    Ray's dashboard and runtime-env agents outlive a dead raylet (they block flushing logs to a dead GCS);
-    they are orphans (parent pid 1) whose RAY_RAYLET_PID no longer exists.
+    Ray's dashboard and runtime-env agents outlive a dead raylet (they block flushing logs to a dead GCS). A live
+    cluster's agents are children of its raylet, so an agent of ours whose parent is init is such an orphan. (Their
+    RAY_RAYLET_PID cannot be trusted: setting the process title overwrites the environment block, partly or wholly.)
     """
     import psutil
 
+    me = os.getuid()
     reaped = 0
-    for proc in psutil.process_iter(["ppid", "name"]):
+    for proc in psutil.process_iter(["ppid", "name", "uids"]):
         try:
-            if proc.info["ppid"] != 1 or not (proc.info["name"] or "").startswith("ray::"):
-                continue
-            raylet = int(proc.environ().get("RAY_RAYLET_PID", "0"))
-            if raylet and not psutil.pid_exists(raylet):
+            if proc.info["ppid"] == 1 and proc.info["name"] in RAY_AGENTS and proc.info["uids"].real == me:
                 proc.kill()
                 reaped += 1
-        except (psutil.Error, ValueError):
+        except psutil.Error:
             continue
     return reaped
 
@@ -99,19 +101,19 @@ def reap_orphaned_ray_agents() -> int:
 def start_ray(cluster: DictConfig) -> None:
     import ray
 
+    # Token auth (RAY_AUTH_MODE=token, set by `python -m orchestrator` before ray is imported): without it any
+    # process on the machine, an agent in its sandbox too, can connect to the cluster and read the graders' state.
+    # Ray keeps the token in ~/.ray/auth_token, which the sandbox hides.
+    if os.environ.get("RAY_AUTH_MODE") != "token":
+        print("[a2rl] warning: RAY_AUTH_MODE is not 'token' (set it before importing ray): agents can connect to the "
+              "Ray cluster and read the graders' state", file=sys.stderr)
     if cluster.mode == "local":
-        # Token auth: without it any process on the machine (an agent in its sandbox, too) can connect to the
-        # cluster and read the graders' state. Ray keeps the token in ~/.ray/auth_token, which the sandbox hides.
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
         reap_orphaned_ray_agents()
         resources = {EMULATED_GPU: float(cluster.emulated_gpus)} if cluster.emulated_gpus else None
         ray.init(num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
                  _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
                  configure_logging=True, logging_level="WARNING")
     else:
-        if os.environ.get("RAY_AUTH_MODE") != "token":
-            print("[a2rl] warning: RAY_AUTH_MODE is not 'token': unless the cluster enforces token auth, an agent can "
-                  "connect to it from its node and read the graders' state", file=sys.stderr)
         ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level="WARNING")
 
 

@@ -18,7 +18,8 @@ def test_sigkill_mid_sweep_then_resume_runs_only_the_rest(cache_dir, tmp_path):
     cmd = [sys.executable, "-m", "orchestrator", "sweep=smoke", "sweep.agents=[noop,sleeper]", "sweep.seeds=[0,1]",
            "sweep.budget.wall_time_s=4", f"output_dir={out}", f"cache_dir={cache_dir}", "logger=none",
            "cluster.num_cpus=2", "grading.port=0"]
-    env = {**os.environ, "A2RL_CACHE_DIR": str(cache_dir)}
+    # As a user runs it: the command line itself must turn on Ray's token auth (before ray is imported).
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}, "A2RL_CACHE_DIR": str(cache_dir)}
     first = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(tmp_path / "first.log", "w"), stderr=subprocess.STDOUT)
     ledger_path = out / "ledger.sqlite"
     deadline = time.time() + 240
