@@ -37,8 +37,9 @@ from pathlib import Path
 
 import ray
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 from ray import serve
+
+from evaluators.submissions import SubmissionError, error_response, run_token
 
 log = logging.getLogger("a2rl.rollouts")
 api = FastAPI(title="a2rl rollout API")
@@ -47,15 +48,8 @@ DEFAULTS = {"num_hosts": 2, "num_replicas": 1, "max_sessions_per_run": 16, "idle
             "host_cpus": 0, "router_cpus": 0}
 
 
-class EnvError(Exception):
-    """A refused request: HTTP status, machine-readable code, a message the agent can act on."""
-
-    def __init__(self, status: int, code: str, message: str):
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-    def body(self) -> dict:
-        return {"error": self.message, "code": self.code}
+class EnvError(SubmissionError):
+    """A refused environment request; answered like the grader's refusals ({"error", "code"} with a status)."""
 
 
 def _answers_errors(method):
@@ -243,14 +237,6 @@ class EnvHost:
 
 # ------------------------------------------------------------------------------------------------------ router
 
-def run_token(request: Request) -> str:
-    auth = request.headers.get("authorization", "")
-    token = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-run-token", "")
-    if not token:
-        raise EnvError(401, "missing_token", "send your run token: 'Authorization: Bearer $A2RL_RUN_TOKEN'")
-    return token
-
-
 async def json_body(request: Request) -> dict:
     try:
         body = await request.json()
@@ -271,10 +257,6 @@ def _field(body: dict, key: str, kind, required: bool = True):
     if not isinstance(value, kind) or isinstance(value, bool):
         raise EnvError(422, "invalid_field", f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
     return value
-
-
-def _error(e: EnvError) -> JSONResponse:
-    return JSONResponse(status_code=e.status, content=e.body())
 
 
 def _task_type(game: Path) -> str:
@@ -335,8 +317,8 @@ class RolloutService:
     async def list_games(self, request: Request):
         try:
             await self._run(request)
-        except EnvError as e:
-            return _error(e)
+        except SubmissionError as e:
+            return error_response(e)
         return {"games": self.games, "max_steps": self.cfg["max_steps"],
                 "max_sessions": self.cfg["max_sessions_per_run"], "idle_timeout_s": self.cfg["idle_timeout_s"]}
 
@@ -347,8 +329,8 @@ class RolloutService:
             owned = []
             for part in [await host.owned.remote(token) for host in self.hosts]:
                 owned += part
-        except EnvError as e:
-            return _error(e)
+        except SubmissionError as e:
+            return error_response(e)
         return {"sessions": owned, "max_sessions": self.cfg["max_sessions_per_run"]}
 
     @api.post("/reset")
@@ -375,8 +357,8 @@ class RolloutService:
             except BaseException:
                 await self.registry.release_sessions.remote(token, [session_id])
                 raise
-        except EnvError as e:
-            return _error(e)
+        except SubmissionError as e:
+            return error_response(e)
 
     @api.post("/step")
     async def step(self, request: Request):
@@ -388,8 +370,8 @@ class RolloutService:
             if len(command) > 500:
                 raise EnvError(422, "invalid_field", "'command' is longer than 500 characters")
             return await self._call(self._host(session_id).step.remote(session_id, token, command))
-        except EnvError as e:
-            return _error(e)
+        except SubmissionError as e:
+            return error_response(e)
 
     @api.post("/close")
     async def close(self, request: Request):
@@ -399,8 +381,8 @@ class RolloutService:
             session_id = _field(body, "session_id", str)
             await self._call(self._host(session_id).close.remote(session_id, token))
             remaining = await self.registry.release_sessions.remote(token, [session_id])
-        except EnvError as e:
-            return _error(e)
+        except SubmissionError as e:
+            return error_response(e)
         return {"closed": session_id, "open_sessions": remaining}
 
     # -- internals ------------------------------------------------------------------------------------------------

@@ -17,26 +17,13 @@ import time
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 from ray import serve
 
 from evaluators.score_cache import ScoreCache, score_key, split_key
-from evaluators.submissions import SubmissionError, resolve_model_path
+from evaluators.submissions import SubmissionError, error_response, resolve_model_path, run_token
 
 log = logging.getLogger("a2rl.grader")
 api = FastAPI(title="a2rl grading API")
-
-
-def run_token(request: Request) -> str:
-    auth = request.headers.get("authorization", "")
-    token = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-run-token", "")
-    if not token:
-        raise SubmissionError(401, "missing_token", "send your run token: 'Authorization: Bearer $A2RL_RUN_TOKEN'")
-    return token
-
-
-def error_response(e: SubmissionError) -> JSONResponse:
-    return JSONResponse(status_code=e.status, content=e.body())
 
 
 async def driver_status(key: str) -> dict:

@@ -1,11 +1,14 @@
-"""Checking what an agent submits before anything is loaded: the path must stay inside its workspace."""
+"""Checking what an agent sends before anything is done with it: its run token, and a submitted path that must stay
+inside its workspace. The refusals here are shared by the grading and rollout services."""
 from __future__ import annotations
 
 from pathlib import Path
 
+from fastapi.responses import JSONResponse
+
 
 class SubmissionError(Exception):
-    """A bad submission: HTTP status, machine-readable code, and a message the agent can act on."""
+    """A refused request: HTTP status, machine-readable code, and a message the agent can act on."""
 
     def __init__(self, status: int, code: str, message: str):
         super().__init__(message)
@@ -13,6 +16,19 @@ class SubmissionError(Exception):
 
     def body(self) -> dict:
         return {"error": self.message, "code": self.code}
+
+
+def error_response(e: SubmissionError) -> JSONResponse:
+    return JSONResponse(status_code=e.status, content=e.body())
+
+
+def run_token(request) -> str:
+    """The caller's run token (Authorization: Bearer, or X-Run-Token); 401 when there is none."""
+    auth = request.headers.get("authorization", "")
+    token = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-run-token", "")
+    if not token:
+        raise SubmissionError(401, "missing_token", "send your run token: 'Authorization: Bearer $A2RL_RUN_TOKEN'")
+    return token
 
 
 def resolve_model_path(workspace: Path, model_path) -> Path:

@@ -10,6 +10,7 @@ import time
 import psutil
 
 from orchestrator.ledger import Ledger
+from orchestrator.runner import RAY_AGENTS
 from tests.conftest import ROOT
 
 
@@ -45,7 +46,7 @@ def test_sigkill_mid_sweep_then_resume_runs_only_the_rest(cache_dir, tmp_path):
     # Ray's workers share the driver's fate, and each sandbox dies with its parent: no cell process lingers.
     gone, alive = psutil.wait_procs(children, timeout=30)
     lingering = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert all(p.name() in ("ray::DashboardAgent", "ray::RuntimeEnvAgent") for p in lingering), lingering
+    assert all(p.name() in RAY_AGENTS for p in lingering), lingering
 
     second = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
