@@ -22,11 +22,25 @@ def known(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
-def load_named(group: str, name: str, where: str) -> dict:
+def load_named(group: str, name: str, where: str, _seen: tuple[str, ...] = ()) -> dict:
+    """conf/<group>/<name>.yaml. A file may extend others of its group the way Hydra composes it when selected on
+    the command line (`defaults: [alfworld, _self_]`: the named files first, this one on top)."""
     path = CONF_DIR / group / f"{name}.yaml"
     if not path.exists():
         raise ConfigError(f"unknown {group} {name!r} in {where}; known {group}s: {', '.join(known(group))}")
-    return to_plain(OmegaConf.load(path))
+    if name in _seen:
+        raise ConfigError(f"{group} {name!r} extends itself: {' -> '.join((*_seen, name))}")
+    data = OmegaConf.load(path)
+    bases = list(data.pop("defaults", None) or [])
+    if "_self_" not in bases:
+        bases.append("_self_")
+    merged = OmegaConf.create({})
+    for base in bases:
+        if not isinstance(base, str):
+            raise ConfigError(f"{path}: defaults may only name other {group} files, got {base!r}")
+        part = data if base == "_self_" else load_named(group, base, str(path), (*_seen, name))
+        merged = OmegaConf.merge(merged, part)
+    return to_plain(merged)
 
 
 def _names(cfg: DictConfig, group: str, listed_key: str) -> list[tuple[str, dict | None]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -81,6 +82,21 @@ def test_same_seed_same_game_and_different_seeds_differ(games):
     assert a["walkthrough"] == b["walkthrough"]
     c = generate_game(SEEDS["pick_heat_then_place_in_recep"], "heat", salt="secret")
     assert problem_fingerprint(c) != problem_fingerprint(a)
+
+
+def test_small_rooms_have_one_receptacle_per_type_and_stay_solvable(tmp_path):
+    for seed, task_type in [(1, "pick"), (2, "heat"), (3, "look")]:
+        full = generate_game(seed, task_type)
+        small = generate_game(seed, task_type, max_per_type=1)
+        kinds = re.findall(r"^  \(receptacleType \S+ (\S+)\)", small["pddl_problem"], re.M)
+        assert kinds and len(kinds) == len(set(kinds)), kinds
+        assert small["a2rl"]["n_receptacles"] <= full["a2rl"]["n_receptacles"]
+        path = write_game(small, tmp_path / f"{task_type}-{seed}")
+        with AlfWorldGame(path) as game:
+            _, info = game.reset()
+            for cmd in small["walkthrough"]:
+                _, _, done, info = game.step(cmd)
+            assert info["won"], task_type
 
 
 def test_train_and_eval_splits_are_disjoint(tmp_path):

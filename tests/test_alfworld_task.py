@@ -87,6 +87,11 @@ def test_splits_are_salted_hidden_and_disjoint(task, cache_dir):
     assert again.eval_games() == evals  # built once, found again
 
 
+def test_expert_rows_built_in_processes_are_the_same(task, tmp_path):
+    parallel = load_task({**SMALL_TASK, "cache_dir": str(tmp_path), "build_workers": 2})
+    assert parallel.train_rows() == task.train_rows()
+
+
 def test_train_rows_are_expert_steps_in_the_graders_format(task):
     from envs.alfworld.prompt import SYSTEM_PROMPT, parse_command
 

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from orchestrator.specs import ConfigError
-from orchestrator.sweep import expand, check_cluster
+import orchestrator.sweep as sweep_module
+from orchestrator.sweep import check_cluster, expand, load_named
 from tests.conftest import ROOT, compose
 
 
@@ -53,6 +54,24 @@ def test_selecting_a_group_narrows_the_sweep_with_overrides():
     cells = cells_for("sweep=smoke", "agent=command", "agent.command=echo hi")
     assert {c.agent.name for c in cells} == {"command"}
     assert cells[0].agent.command == "echo hi"
+
+
+def test_a_task_file_extends_another_the_same_way_in_a_sweep_and_on_the_command_line():
+    listed = cells_for("sweep=alfworld_small", "sweep.agents=[sft]")[0].task
+    selected = cells_for("sweep=alfworld_small", "sweep.agents=[sft]", "task=alfworld_small")[0].task
+    assert listed == selected
+    assert listed["name"] == "alfworld_small" and listed["task_types"] == ["pick"]
+    assert listed["cls"] == load_named("task", "alfworld", "test")["cls"]  # inherited from conf/task/alfworld.yaml
+    assert "defaults" not in listed
+
+
+def test_a_config_that_extends_itself_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "task").mkdir()
+    (tmp_path / "task" / "a.yaml").write_text("defaults: [b]\nname: a\n")
+    (tmp_path / "task" / "b.yaml").write_text("defaults: [a]\nname: b\n")
+    monkeypatch.setattr(sweep_module, "CONF_DIR", tmp_path)
+    with pytest.raises(ConfigError, match="task 'a' extends itself: a -> b -> a"):
+        load_named("task", "a", "test")
 
 
 @pytest.mark.parametrize("overrides, message", [

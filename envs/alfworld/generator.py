@@ -182,10 +182,12 @@ class _Candidate(Exception):
     """This candidate layout cannot host the task; try the next one."""
 
 
-def _sample_layout(rng: random.Random, task_type: str) -> dict[str, Any]:
+def _sample_layout(rng: random.Random, task_type: str, max_per_type: int | None = None) -> dict[str, Any]:
     can_contain, actions = _tables()
     scene = rng.choice(TASK_SCENES[task_type])
-    counts = {rt: rng.randint(lo, hi) for rt, (lo, hi) in SCENES[scene].items()}
+    cap = int(max_per_type) if max_per_type else None
+    counts = {rt: rng.randint(min(lo, cap), min(hi, cap)) if cap else rng.randint(lo, hi)
+              for rt, (lo, hi) in SCENES[scene].items()}
     if task_type == "look_at_obj_in_light" and not any(counts.get(s, 0) for s in LAMP_SURFACES):
         counts["SideTable"] = 1
     receptacles: list[tuple[str, str]] = []  # (id, rtype)
@@ -352,8 +354,12 @@ def verify_game(game: dict[str, Any]) -> list[str]:
     return plan
 
 
-def generate_game(seed: int, task_type: str | None = None, *, salt: str = "", max_attempts: int = 50) -> dict:
-    """One solvable ALFWorld game, fully determined by (seed, task_type, salt).
+def generate_game(seed: int, task_type: str | None = None, *, salt: str = "", max_per_type: int | None = None,
+                  max_attempts: int = 50) -> dict:
+    """One solvable ALFWorld game, fully determined by (seed, task_type, salt, max_per_type).
+
+    ``max_per_type`` caps how many receptacles of each type a room has (1: one cabinet, one drawer, ...): smaller
+    rooms, shorter searches; None keeps the upstream ranges (``SCENES``).
 
     Returns the ``game.tw-pddl`` JSON content (``pddl_domain``, ``grammar``, ``pddl_problem``, ``solvable``,
     ``walkthrough``) plus ``traj_data`` (what :func:`write_game` writes to ``traj_data.json``: the upstream
@@ -368,7 +374,7 @@ def generate_game(seed: int, task_type: str | None = None, *, salt: str = "", ma
     for attempt in range(max_attempts):
         rng = random.Random(f"{base}:{task_type}:{attempt}")
         try:
-            layout = _sample_layout(rng, task_type)
+            layout = _sample_layout(rng, task_type, max_per_type)
         except _Candidate as e:
             errors.append(str(e))
             continue
@@ -420,19 +426,20 @@ def _task_cycle(task_types: Sequence[str] | None) -> list[str]:
     return types
 
 
-def _generate_one(args: tuple[int, str, str]) -> dict:
-    seed, task_type, salt = args
-    return generate_game(seed, task_type, salt=salt)
+def _generate_one(args: tuple[int, str, str, int | None]) -> dict:
+    seed, task_type, salt, max_per_type = args
+    return generate_game(seed, task_type, salt=salt, max_per_type=max_per_type)
 
 
 def generate_split(out_dir: str | Path, n_games: int, seed: int, task_types: Sequence[str] | None = None, *,
                    salt: str = "", exclude: Iterable[str] = (), seed_limit: int | None = None,
-                   workers: int = 1) -> list[Path]:
+                   max_per_type: int | None = None, workers: int = 1) -> list[Path]:
     """Generate ``n_games`` games under ``out_dir`` (one folder each, ``game.tw-pddl`` + ``traj_data.json``).
 
     Game seeds are ``seed, seed + 1, ...``; task types cycle through ``task_types`` (default: all six) so the split is
     balanced. A game whose problem fingerprint is in ``exclude`` or already in this split is skipped (the next seed
-    is used, with the same task type). ``seed_limit`` (exclusive) bounds the seed range. ``workers`` > 1 generates
+    is used, with the same task type). ``seed_limit`` (exclusive) bounds the seed range. ``max_per_type``: see
+    :func:`generate_game`. ``workers`` > 1 generates
     in that many processes (same result). Writes ``manifest.json`` (seeds, task types, fingerprints, walkthroughs)
     and returns the game file paths, in order.
     """
@@ -459,11 +466,11 @@ def generate_split(out_dir: str | Path, n_games: int, seed: int, task_types: Seq
             for k in range(batch):
                 if seed_limit is not None and s + k >= seed_limit:
                     break
-                jobs.append((s + k, types[(len(paths) + k) % len(types)], salt))
+                jobs.append((s + k, types[(len(paths) + k) % len(types)], salt, max_per_type))
             if not jobs:
                 raise RuntimeError(f"seed range [{seed}, {seed_limit}) exhausted after {len(paths)} games")
             games = list(pool.map(_generate_one, jobs)) if pool else [_generate_one(jobs[0])]
-            for (gs, task_type, _), game in zip(jobs, games):
+            for (gs, task_type, *_), game in zip(jobs, games):
                 s = gs + 1
                 fp = game["a2rl"]["fingerprint"]
                 if fp in excluded or fp in seen:
@@ -477,7 +484,7 @@ def generate_split(out_dir: str | Path, n_games: int, seed: int, task_types: Seq
         if pool:
             pool.shutdown()
     manifest = {"generator": GENERATOR_VERSION, "n_games": n_games, "first_seed": int(seed), "salted": bool(salt),
-                "task_types": types, "games": entries}
+                "task_types": types, "max_per_type": max_per_type, "games": entries}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return paths
 
@@ -489,7 +496,8 @@ def split_fingerprints(split_dir: str | Path) -> set[str]:
 
 def build_splits(out_dir: str | Path, n_train: int, n_eval: int, seed: int = 0,
                  task_types: Sequence[str] | None = None, *, eval_salt: str = "",
-                 eval_dir: str | Path | None = None, workers: int = 1) -> dict[str, list[Path]]:
+                 eval_dir: str | Path | None = None, max_per_type: int | None = None,
+                 workers: int = 1) -> dict[str, list[Path]]:
     """Disjoint train and eval splits.
 
     Eval games come from seeds ``EVAL_SEED_BASE + seed * SPLIT_SEED_SPAN + i`` (optionally salted with
@@ -504,10 +512,10 @@ def build_splits(out_dir: str | Path, n_train: int, n_eval: int, seed: int = 0,
     train_first = seed * SPLIT_SEED_SPAN
     eval_first = EVAL_SEED_BASE + seed * SPLIT_SEED_SPAN
     eval_paths = generate_split(eval_dir, n_eval, eval_first, task_types, salt=eval_salt,
-                                seed_limit=eval_first + SPLIT_SEED_SPAN, workers=workers)
+                                seed_limit=eval_first + SPLIT_SEED_SPAN, max_per_type=max_per_type, workers=workers)
     eval_fps = split_fingerprints(eval_dir)
     train_paths = generate_split(out_dir / "train", n_train, train_first, task_types, exclude=eval_fps,
-                                 seed_limit=train_first + SPLIT_SEED_SPAN, workers=workers)
+                                 seed_limit=train_first + SPLIT_SEED_SPAN, max_per_type=max_per_type, workers=workers)
     return {"train": train_paths, "eval": eval_paths}
 
 

@@ -47,14 +47,28 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _expert_records(job: tuple) -> list[dict]:
+    """One train game's SFT records from its expert (a process-pool job)."""
+    game, name, expert, episodes, noise, max_steps = job
+    if expert == "ordered":
+        from envs.alfworld.ordered_expert import ordered_records
+
+        return ordered_records(game, episodes, noise, max_steps, name)
+    from envs.alfworld.expert import expert_steps, trajectory_records
+
+    return trajectory_records(expert_steps(game, mode=expert, max_steps=max_steps), game_name=name)
+
+
 class AlfWorldTask(Task):
     def __init__(self, name: str, n_train: int = 24, n_eval: int = 12, seed: int = 0,
-                 task_types: list[str] | None = None, level: int = 3, max_steps: int = 50,
+                 task_types: list[str] | None = None, max_receptacles_per_type: int | None = None,
+                 level: int = 3, max_steps: int = 50,
                  expert: str = "search", expert_episodes: int = 1, expert_noise: float = 0.0, eval_salt: str | None = None, data_path: str | None = None,
                  build_workers: int = 1, eval_workers: int = 0, description: str = "",
                  rollout: dict | None = None, cache_dir: str | None = None):
         """n_train / n_eval: generated games per split (with data_path: caps, 0 = all); task_types: the six upstream
-        types or aliases (pick, look, clean, heat, cool, pick_two), cycled; expert: the SFT trajectories' expert,
+        types or aliases (pick, look, clean, heat, cool, pick_two), cycled; max_receptacles_per_type: smaller rooms
+        (1: one cabinet, one drawer, ...; None: the upstream ranges); expert: the SFT trajectories' expert,
         "search", "ordered" (search in the listed order: easier to imitate) or "planner"; expert_episodes / expert_noise
         (ordered only): episodes per train game, all but the first with perturbations injected at this rate (recovery
         data, see envs.alfworld.ordered_expert); build_workers: processes
@@ -68,6 +82,7 @@ class AlfWorldTask(Task):
             raise ValueError(f"task {name}: expert={expert!r} must be 'search', 'ordered' or 'planner'")
         self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
         self.task_types = list(task_types) if task_types else None
+        self.max_receptacles_per_type = int(max_receptacles_per_type) if max_receptacles_per_type else None
         self.max_steps = int(max_steps)
         self.expert = expert
         self.expert_episodes, self.expert_noise = int(expert_episodes), float(expert_noise)
@@ -101,6 +116,8 @@ class AlfWorldTask(Task):
         salt_digest = hashlib.sha256(self._salt().encode()).hexdigest()
         spec = [GENERATOR_VERSION, self.n_train, self.n_eval, self.seed, self.task_types, salt_digest,
                 str(self.data_path or "")]
+        if self.max_receptacles_per_type:  # appended only when set: default caches keep their keys
+            spec.append(self.max_receptacles_per_type)
         key = hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
         return self.cache_dir / "grading" / "alfworld" / key
 
@@ -120,7 +137,8 @@ class AlfWorldTask(Task):
                         from envs.alfworld.generator import build_splits
 
                         build_splits(tmp, self.n_train, self.n_eval, self.seed, self.task_types,
-                                     eval_salt=self._salt(), eval_dir=tmp / "eval", workers=self.build_workers)
+                                     eval_salt=self._salt(), eval_dir=tmp / "eval",
+                                     max_per_type=self.max_receptacles_per_type, workers=self.build_workers)
                         (tmp / "done.json").write_text(json.dumps({"n_train": self.n_train, "n_eval": self.n_eval}))
                         shutil.rmtree(final, ignore_errors=True)
                         os.rename(tmp, final)
@@ -146,18 +164,18 @@ class AlfWorldTask(Task):
         if not path.exists():
             with _locked(path.with_name(f".{path.name}.lock")):
                 if not path.exists():
-                    from envs.alfworld.expert import expert_steps, trajectory_records
-                    from envs.alfworld.ordered_expert import ordered_records
+                    jobs = [(str(game), self.game_name(game), self.expert, self.expert_episodes, self.expert_noise,
+                             self.max_steps) for game in games]
+                    if self.build_workers > 1:  # the engine is pure Python: processes, spawned (never fork Ray)
+                        import concurrent.futures
+                        import multiprocessing
 
-                    rows = []
-                    for game in games:
-                        name = self.game_name(game)
-                        if self.expert == "ordered":
-                            recs = ordered_records(game, self.expert_episodes, self.expert_noise, self.max_steps, name)
-                        else:
-                            episode = expert_steps(game, mode=self.expert, max_steps=self.max_steps)
-                            recs = trajectory_records(episode, game_name=name)
-                        rows += [self._train_row(rec) for rec in recs]
+                        with concurrent.futures.ProcessPoolExecutor(
+                                self.build_workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                            per_game = list(pool.map(_expert_records, jobs, chunksize=8))
+                    else:
+                        per_game = [_expert_records(job) for job in jobs]
+                    rows = [self._train_row(rec) for recs in per_game for rec in recs]
                     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
                     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
                     os.replace(tmp, path)
