@@ -84,13 +84,12 @@ def test_same_seed_same_game_and_different_seeds_differ(games):
     assert problem_fingerprint(c) != problem_fingerprint(a)
 
 
-def test_small_rooms_have_one_receptacle_per_type_and_stay_solvable(tmp_path):
+def test_small_rooms_are_capped_and_stay_solvable(tmp_path):
     for seed, task_type in [(1, "pick"), (2, "heat"), (3, "look")]:
-        full = generate_game(seed, task_type)
-        small = generate_game(seed, task_type, max_per_type=1)
+        small = generate_game(seed, task_type, max_per_type=1, max_receptacles=6)
         kinds = re.findall(r"^  \(receptacleType \S+ (\S+)\)", small["pddl_problem"], re.M)
-        assert kinds and len(kinds) == len(set(kinds)), kinds
-        assert small["a2rl"]["n_receptacles"] <= full["a2rl"]["n_receptacles"]
+        assert 0 < len(kinds) == len(set(kinds)) <= 6, kinds  # one of each type, six in all
+        assert small["a2rl"]["n_receptacles"] == len(kinds) < generate_game(seed, task_type)["a2rl"]["n_receptacles"]
         path = write_game(small, tmp_path / f"{task_type}-{seed}")
         with AlfWorldGame(path) as game:
             _, info = game.reset()

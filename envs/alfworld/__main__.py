@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--eval-dir", default=None)
     sp.add_argument("--eval-salt", default="")
     sp.add_argument("--max-per-type", type=int, default=None, help="receptacles of each type per room, at most")
+    sp.add_argument("--max-receptacles", type=int, default=None, help="receptacles per room, at most")
     sp.add_argument("--workers", type=int, default=1)
     ex = sub.add_parser("expert")
     ex.add_argument("games_dir")
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
         types = [t for t in a.task_types.split(",") if t] or None
         res = build_splits(a.out, a.train, a.eval, a.seed, types, eval_salt=a.eval_salt, eval_dir=a.eval_dir,
-                           max_per_type=a.max_per_type, workers=a.workers)
+                           max_per_type=a.max_per_type, max_receptacles=a.max_receptacles, workers=a.workers)
         print(json.dumps({k: len(v) for k, v in res.items()}))
     elif a.cmd == "expert":
         from .expert import expert_trajectories, write_jsonl

@@ -182,13 +182,18 @@ class _Candidate(Exception):
     """This candidate layout cannot host the task; try the next one."""
 
 
-def _sample_layout(rng: random.Random, task_type: str, max_per_type: int | None = None) -> dict[str, Any]:
+def _sample_layout(rng: random.Random, task_type: str, max_per_type: int | None = None,
+                   max_receptacles: int | None = None) -> dict[str, Any]:
     can_contain, actions = _tables()
     scene = rng.choice(TASK_SCENES[task_type])
     cap = int(max_per_type) if max_per_type else None
     counts = {rt: rng.randint(min(lo, cap), min(hi, cap)) if cap else rng.randint(lo, hi)
               for rt, (lo, hi) in SCENES[scene].items()}
+    while max_receptacles and sum(counts.values()) > max_receptacles:  # drop receptacles at random down to the cap
+        counts[rng.choice(sorted(rt for rt, n in counts.items() if n))] -= 1
     if task_type == "look_at_obj_in_light" and not any(counts.get(s, 0) for s in LAMP_SURFACES):
+        if max_receptacles and sum(counts.values()) >= max_receptacles:
+            raise _Candidate("no lamp surface")
         counts["SideTable"] = 1
     receptacles: list[tuple[str, str]] = []  # (id, rtype)
     for rtype in sorted(counts):
@@ -355,11 +360,12 @@ def verify_game(game: dict[str, Any]) -> list[str]:
 
 
 def generate_game(seed: int, task_type: str | None = None, *, salt: str = "", max_per_type: int | None = None,
-                  max_attempts: int = 50) -> dict:
-    """One solvable ALFWorld game, fully determined by (seed, task_type, salt, max_per_type).
+                  max_receptacles: int | None = None, max_attempts: int = 50) -> dict:
+    """One solvable ALFWorld game, fully determined by (seed, task_type, salt, max_per_type, max_receptacles).
 
-    ``max_per_type`` caps how many receptacles of each type a room has (1: one cabinet, one drawer, ...): smaller
-    rooms, shorter searches; None keeps the upstream ranges (``SCENES``).
+    Smaller rooms, shorter searches: ``max_per_type`` caps how many receptacles of each type a room has (1: one
+    cabinet, one drawer, ...), ``max_receptacles`` how many it has in all (a room that then lacks what the task needs
+    is redrawn). None keeps the upstream ranges (``SCENES``).
 
     Returns the ``game.tw-pddl`` JSON content (``pddl_domain``, ``grammar``, ``pddl_problem``, ``solvable``,
     ``walkthrough``) plus ``traj_data`` (what :func:`write_game` writes to ``traj_data.json``: the upstream
@@ -374,7 +380,7 @@ def generate_game(seed: int, task_type: str | None = None, *, salt: str = "", ma
     for attempt in range(max_attempts):
         rng = random.Random(f"{base}:{task_type}:{attempt}")
         try:
-            layout = _sample_layout(rng, task_type, max_per_type)
+            layout = _sample_layout(rng, task_type, max_per_type, max_receptacles)
         except _Candidate as e:
             errors.append(str(e))
             continue
@@ -426,20 +432,21 @@ def _task_cycle(task_types: Sequence[str] | None) -> list[str]:
     return types
 
 
-def _generate_one(args: tuple[int, str, str, int | None]) -> dict:
-    seed, task_type, salt, max_per_type = args
-    return generate_game(seed, task_type, salt=salt, max_per_type=max_per_type)
+def _generate_one(args: tuple[int, str, str, dict]) -> dict:
+    seed, task_type, salt, room = args
+    return generate_game(seed, task_type, salt=salt, **room)
 
 
 def generate_split(out_dir: str | Path, n_games: int, seed: int, task_types: Sequence[str] | None = None, *,
                    salt: str = "", exclude: Iterable[str] = (), seed_limit: int | None = None,
-                   max_per_type: int | None = None, workers: int = 1) -> list[Path]:
+                   max_per_type: int | None = None, max_receptacles: int | None = None,
+                   workers: int = 1) -> list[Path]:
     """Generate ``n_games`` games under ``out_dir`` (one folder each, ``game.tw-pddl`` + ``traj_data.json``).
 
     Game seeds are ``seed, seed + 1, ...``; task types cycle through ``task_types`` (default: all six) so the split is
     balanced. A game whose problem fingerprint is in ``exclude`` or already in this split is skipped (the next seed
-    is used, with the same task type). ``seed_limit`` (exclusive) bounds the seed range. ``max_per_type``: see
-    :func:`generate_game`. ``workers`` > 1 generates
+    is used, with the same task type). ``seed_limit`` (exclusive) bounds the seed range. ``max_per_type``,
+    ``max_receptacles``: see :func:`generate_game`. ``workers`` > 1 generates
     in that many processes (same result). Writes ``manifest.json`` (seeds, task types, fingerprints, walkthroughs)
     and returns the game file paths, in order.
     """
@@ -451,6 +458,7 @@ def generate_split(out_dir: str | Path, n_games: int, seed: int, task_types: Seq
     paths: list[Path] = []
     entries = []
     s = int(seed)
+    room = {"max_per_type": max_per_type, "max_receptacles": max_receptacles}
     pool = None
     if workers > 1:
         import concurrent.futures
@@ -466,7 +474,7 @@ def generate_split(out_dir: str | Path, n_games: int, seed: int, task_types: Seq
             for k in range(batch):
                 if seed_limit is not None and s + k >= seed_limit:
                     break
-                jobs.append((s + k, types[(len(paths) + k) % len(types)], salt, max_per_type))
+                jobs.append((s + k, types[(len(paths) + k) % len(types)], salt, room))
             if not jobs:
                 raise RuntimeError(f"seed range [{seed}, {seed_limit}) exhausted after {len(paths)} games")
             games = list(pool.map(_generate_one, jobs)) if pool else [_generate_one(jobs[0])]
@@ -484,7 +492,7 @@ def generate_split(out_dir: str | Path, n_games: int, seed: int, task_types: Seq
         if pool:
             pool.shutdown()
     manifest = {"generator": GENERATOR_VERSION, "n_games": n_games, "first_seed": int(seed), "salted": bool(salt),
-                "task_types": types, "max_per_type": max_per_type, "games": entries}
+                "task_types": types, **room, "games": entries}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return paths
 
@@ -497,7 +505,7 @@ def split_fingerprints(split_dir: str | Path) -> set[str]:
 def build_splits(out_dir: str | Path, n_train: int, n_eval: int, seed: int = 0,
                  task_types: Sequence[str] | None = None, *, eval_salt: str = "",
                  eval_dir: str | Path | None = None, max_per_type: int | None = None,
-                 workers: int = 1) -> dict[str, list[Path]]:
+                 max_receptacles: int | None = None, workers: int = 1) -> dict[str, list[Path]]:
     """Disjoint train and eval splits.
 
     Eval games come from seeds ``EVAL_SEED_BASE + seed * SPLIT_SEED_SPAN + i`` (optionally salted with
@@ -512,10 +520,12 @@ def build_splits(out_dir: str | Path, n_train: int, n_eval: int, seed: int = 0,
     train_first = seed * SPLIT_SEED_SPAN
     eval_first = EVAL_SEED_BASE + seed * SPLIT_SEED_SPAN
     eval_paths = generate_split(eval_dir, n_eval, eval_first, task_types, salt=eval_salt,
-                                seed_limit=eval_first + SPLIT_SEED_SPAN, max_per_type=max_per_type, workers=workers)
+                                seed_limit=eval_first + SPLIT_SEED_SPAN, max_per_type=max_per_type,
+                                max_receptacles=max_receptacles, workers=workers)
     eval_fps = split_fingerprints(eval_dir)
     train_paths = generate_split(out_dir / "train", n_train, train_first, task_types, exclude=eval_fps,
-                                 seed_limit=train_first + SPLIT_SEED_SPAN, max_per_type=max_per_type, workers=workers)
+                                 seed_limit=train_first + SPLIT_SEED_SPAN, max_per_type=max_per_type,
+                                 max_receptacles=max_receptacles, workers=workers)
     return {"train": train_paths, "eval": eval_paths}
 
 

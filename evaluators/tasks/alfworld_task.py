@@ -62,13 +62,13 @@ def _expert_records(job: tuple) -> list[dict]:
 class AlfWorldTask(Task):
     def __init__(self, name: str, n_train: int = 24, n_eval: int = 12, seed: int = 0,
                  task_types: list[str] | None = None, max_receptacles_per_type: int | None = None,
-                 level: int = 3, max_steps: int = 50,
+                 max_receptacles: int | None = None, level: int = 3, max_steps: int = 50,
                  expert: str = "search", expert_episodes: int = 1, expert_noise: float = 0.0, eval_salt: str | None = None, data_path: str | None = None,
                  build_workers: int = 1, eval_workers: int = 0, description: str = "",
                  rollout: dict | None = None, cache_dir: str | None = None):
         """n_train / n_eval: generated games per split (with data_path: caps, 0 = all); task_types: the six upstream
-        types or aliases (pick, look, clean, heat, cool, pick_two), cycled; max_receptacles_per_type: smaller rooms
-        (1: one cabinet, one drawer, ...; None: the upstream ranges); expert: the SFT trajectories' expert,
+        types or aliases (pick, look, clean, heat, cool, pick_two), cycled; max_receptacles_per_type / max_receptacles:
+        smaller rooms (at most this many receptacles of a type / in all; None: the upstream ranges); expert: the SFT trajectories' expert,
         "search", "ordered" (search in the listed order: easier to imitate) or "planner"; expert_episodes / expert_noise
         (ordered only): episodes per train game, all but the first with perturbations injected at this rate (recovery
         data, see envs.alfworld.ordered_expert); build_workers: processes
@@ -83,6 +83,7 @@ class AlfWorldTask(Task):
         self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
         self.task_types = list(task_types) if task_types else None
         self.max_receptacles_per_type = int(max_receptacles_per_type) if max_receptacles_per_type else None
+        self.max_receptacles = int(max_receptacles) if max_receptacles else None
         self.max_steps = int(max_steps)
         self.expert = expert
         self.expert_episodes, self.expert_noise = int(expert_episodes), float(expert_noise)
@@ -116,8 +117,8 @@ class AlfWorldTask(Task):
         salt_digest = hashlib.sha256(self._salt().encode()).hexdigest()
         spec = [GENERATOR_VERSION, self.n_train, self.n_eval, self.seed, self.task_types, salt_digest,
                 str(self.data_path or "")]
-        if self.max_receptacles_per_type:  # appended only when set: default caches keep their keys
-            spec.append(self.max_receptacles_per_type)
+        if self.max_receptacles_per_type or self.max_receptacles:  # only when set: default caches keep their keys
+            spec += [self.max_receptacles_per_type, self.max_receptacles]
         key = hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
         return self.cache_dir / "grading" / "alfworld" / key
 
@@ -138,7 +139,8 @@ class AlfWorldTask(Task):
 
                         build_splits(tmp, self.n_train, self.n_eval, self.seed, self.task_types,
                                      eval_salt=self._salt(), eval_dir=tmp / "eval",
-                                     max_per_type=self.max_receptacles_per_type, workers=self.build_workers)
+                                     max_per_type=self.max_receptacles_per_type,
+                                     max_receptacles=self.max_receptacles, workers=self.build_workers)
                         (tmp / "done.json").write_text(json.dumps({"n_train": self.n_train, "n_eval": self.n_eval}))
                         shutil.rmtree(final, ignore_errors=True)
                         os.rename(tmp, final)
