@@ -243,6 +243,21 @@ def test_sft_beats_the_base_model(tiny, backend, arithmetic, tmp_path):
     backend.unload(loaded)
 
 
+def test_sft_trains_on_the_chat_the_grader_sends():
+    """A row with `messages` (ALFWorld's carry a system prompt) is trained on exactly those; a bare row on its text.
+    Training without the system prompt the grader sends cost the tiny model most of its ALFWorld wins."""
+    from agents.builtin import sft
+
+    system = {"role": "system", "content": "Reply with one command."}
+    rows = [{"prompt": "look around", "completion": "look",
+             "messages": [system, {"role": "user", "content": "look around"}]},
+            {"prompt": "Evaluate: 1 + 1.", "completion": "2"}]
+    data = sft.chat_dataset(rows)
+    assert data[0]["prompt"] == rows[0]["messages"]
+    assert data[1]["prompt"] == [{"role": "user", "content": "Evaluate: 1 + 1."}]
+    assert data[0]["completion"] == [{"role": "assistant", "content": "look"}]
+
+
 class StubGrader(BaseHTTPRequestHandler):
     """Speaks the grading API's wire protocol; accepts `limit` submissions, then answers 409."""
     limit, seen, token = 1, [], "secret"

@@ -49,11 +49,12 @@ def load_rows(path) -> list[dict]:
 
 
 def chat_dataset(rows: list[dict]):
-    """prompt/completion in conversational form: trl renders the chat template and masks the prompt."""
+    """prompt/completion in conversational form: trl renders the chat template and masks the prompt. The prompt is
+    the row's `messages` when it has them (the chat the grader sends, system prompt included), else its text."""
     from datasets import Dataset
 
     return Dataset.from_list([
-        {"prompt": [{"role": "user", "content": row["prompt"]}],
+        {"prompt": row.get("messages") or [{"role": "user", "content": row["prompt"]}],
          "completion": [{"role": "assistant", "content": row["completion"]}]}
         for row in rows
     ])
