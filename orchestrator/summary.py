@@ -46,7 +46,11 @@ def _f(x, signed=False) -> str:
 
 def print_summary(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> list[dict]:
     rows = summary_rows(ledger, cell_ids)
-    header = f"{'task':<16}{'agent':<12}{'driver':<12}{'cells':>6}  {'baseline':>8}  {'best':>7}  {'improvement (mean ± SEM)':<26}flags"
+    task_w = max([16, *(len(r["task"]) + 2 for r in rows)])  # columns grow with long names, never run together
+    agent_w = max([12, *(len(r["agent"]) + 2 for r in rows)])
+    driver_w = max([12, *(len(r["driver"]) + 2 for r in rows)])
+    header = (f"{'task':<{task_w}}{'agent':<{agent_w}}{'driver':<{driver_w}}{'cells':>6}  {'baseline':>8}  "
+              f"{'best':>7}  {'improvement (mean ± SEM)':<26}flags")
     print("\n" + header, file=out)
     print("-" * len(header), file=out)
     for r in rows:
@@ -54,7 +58,7 @@ def print_summary(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> list[d
             f"{_f(r['improvement_mean'], True)} ± {_f(r['improvement_se'])} (n={r['n_scored']})"
         status = ", ".join(f"{n} {s}" for s, n in sorted(r["statuses"].items()))
         flags = "; ".join(r["flags"] + [status])
-        print(f"{r['task']:<16}{r['agent']:<12}{r['driver']:<12}{r['cells']:>6}  {_f(r['baseline']):>8}  "
-              f"{_f(r['best_mean']):>7}  {imp:<26}{flags}", file=out)
+        print(f"{r['task']:<{task_w}}{r['agent']:<{agent_w}}{r['driver']:<{driver_w}}{r['cells']:>6}  "
+              f"{_f(r['baseline']):>8}  {_f(r['best_mean']):>7}  {imp:<26}{flags}", file=out)
     return rows
 
