@@ -67,14 +67,14 @@ class AlfWorldTask(Task):
                  build_workers: int = 1, eval_workers: int = 0, description: str = "",
                  rollout: dict | None = None, cache_dir: str | None = None):
         """n_train / n_eval: generated games per split (with data_path: caps, 0 = all); task_types: the six upstream
-        types or aliases (pick, look, clean, heat, cool, pick_two), cycled; max_receptacles_per_type / max_receptacles:
-        smaller rooms (at most this many receptacles of a type / in all; None: the upstream ranges); expert: the SFT trajectories' expert,
-        "search", "ordered" (search in the listed order: easier to imitate) or "planner"; expert_episodes / expert_noise
-        (ordered only): episodes per train game, all but the first with perturbations injected at this rate (recovery
-        data, see envs.alfworld.ordered_expert); build_workers: processes
-        generating games; eval_workers: processes stepping eval games during grading (0: in the grader's process);
-        rollout: the rollout service's settings (see envs.rollout_service); cache_dir: where games live (default:
-        $A2RL_CACHE_DIR or ~/.cache/a2rl)."""
+        types or aliases (pick, look, clean, heat, cool, pick_two), cycled; max_receptacles_per_type /
+        max_receptacles: smaller rooms (at most this many receptacles of a type / in all; None: the upstream
+        ranges); expert: the SFT trajectories' expert, "search", "ordered" (search in the listed order: easier to
+        imitate) or "planner"; expert_episodes / expert_noise (ordered only): episodes per train game, all but the
+        first with perturbations injected at this rate (recovery data, see envs.alfworld.ordered_expert);
+        build_workers: processes building the games and their expert rows; eval_workers: processes stepping eval
+        games during grading (0: in the grader's process); rollout: the rollout service's settings (see
+        envs.rollout_service); cache_dir: where games live (default: $A2RL_CACHE_DIR or ~/.cache/a2rl)."""
         super().__init__(name, level)
         if int(level) != 3:
             raise ValueError(f"task {name}: ALFWorld is an interactive (level 3) task, got level={level}")
