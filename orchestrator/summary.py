@@ -46,10 +46,9 @@ def _f(x, signed=False) -> str:
 
 def print_summary(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> list[dict]:
     rows = summary_rows(ledger, cell_ids)
-    task_w = max([16, *(len(r["task"]) + 2 for r in rows)])  # columns grow with long names, never run together
-    agent_w = max([12, *(len(r["agent"]) + 2 for r in rows)])
-    driver_w = max([12, *(len(r["driver"]) + 2 for r in rows)])
-    header = (f"{'task':<{task_w}}{'agent':<{agent_w}}{'driver':<{driver_w}}{'cells':>6}  {'baseline':>8}  "
+    # name columns grow with long names, so they never run together
+    w = {k: max([least, *(len(r[k]) + 2 for r in rows)]) for k, least in (("task", 16), ("agent", 12), ("driver", 12))}
+    header = (f"{'task':<{w['task']}}{'agent':<{w['agent']}}{'driver':<{w['driver']}}{'cells':>6}  {'baseline':>8}  "
               f"{'best':>7}  {'improvement (mean ± SEM)':<26}flags")
     print("\n" + header, file=out)
     print("-" * len(header), file=out)
@@ -58,7 +57,7 @@ def print_summary(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> list[d
             f"{_f(r['improvement_mean'], True)} ± {_f(r['improvement_se'])} (n={r['n_scored']})"
         status = ", ".join(f"{n} {s}" for s, n in sorted(r["statuses"].items()))
         flags = "; ".join(r["flags"] + [status])
-        print(f"{r['task']:<{task_w}}{r['agent']:<{agent_w}}{r['driver']:<{driver_w}}{r['cells']:>6}  "
+        print(f"{r['task']:<{w['task']}}{r['agent']:<{w['agent']}}{r['driver']:<{w['driver']}}{r['cells']:>6}  "
               f"{_f(r['baseline']):>8}  {_f(r['best_mean']):>7}  {imp:<26}{flags}", file=out)
     return rows
 

@@ -106,6 +106,27 @@ def test_cli_prints_one_line_for_config_errors():
         assert len(lines) == 1 and expected in lines[0], proc.stderr
 
 
+def test_plan_and_summary_columns_fit_long_names(monkeypatch):
+    import io
+    import re
+
+    import orchestrator.summary as summary
+
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "sweep=alfworld_small", "dry_run=true",
+                           "output_dir=/tmp/a2rl-x"], cwd=ROOT, capture_output=True, text=True, check=True)
+    plan = [re.split(r"\s{2,}", line) for line in proc.stdout.splitlines() if "alfworld_small" in line]
+    assert [row[1:3] for row in plan] == [["sft_alfworld", "none"], ["sft_grpo_alfworld", "none"],
+                                          ["copy_base", "none"]], proc.stdout
+
+    row = {"task": "alfworld_small", "agent": "sft_grpo_alfworld", "driver": "none", "cells": 1, "baseline": 0.0,
+           "best_mean": 12.5, "improvement_mean": 12.5, "improvement_se": None, "n_scored": 1, "flags": [],
+           "statuses": {"completed": 1}}
+    monkeypatch.setattr(summary, "summary_rows", lambda ledger, cell_ids: [row])
+    out = io.StringIO()
+    summary.print_summary(None, [], out=out)
+    assert re.split(r"\s{2,}", out.getvalue().splitlines()[-1])[:3] == ["alfworld_small", "sft_grpo_alfworld", "none"]
+
+
 def test_cfg_job_prints_resolved_config():
     proc = subprocess.run([sys.executable, "-m", "orchestrator", "sweep=smoke", "--cfg", "job"], cwd=ROOT,
                           capture_output=True, text=True, check=True)
