@@ -169,9 +169,22 @@ def start_driver_proxy(cfg: DictConfig, keys: dict[str, str], grading_url: str) 
     return grading_url + deploy(keys, retry, float(cfg.driver_proxy.num_cpus))
 
 
+def check_tasks(cells: list[CellSpec]) -> None:
+    """Build each task once (constructors only read and check their config), so that a bad task setting is one clear
+    line now, not a failed grader deployment after Ray has started."""
+    from evaluators.tasks.base import load_task
+
+    for task in {c.task_name: c.task for c in cells}.values():
+        try:
+            load_task(task)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(str(e)) from None
+
+
 def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
     check_cluster(cfg)
     cells = expand(cfg)
+    check_tasks(cells)
     layout = Layout.make(cfg.output_dir, cfg.cache_dir, cfg.cluster.get("workspace_root"))
     emulated = bool(cfg.cluster.emulated_gpus)
     if cfg.dry_run:  # read-only: a dry run never creates or changes a ledger

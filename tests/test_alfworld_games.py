@@ -96,6 +96,8 @@ def test_small_rooms_are_capped_and_stay_solvable(tmp_path):
             for cmd in small["walkthrough"]:
                 _, _, done, info = game.step(cmd)
             assert info["won"], task_type
+    with pytest.raises(ValueError, match="max_receptacles=0 must be >= 1"):
+        generate_game(1, "pick", max_receptacles=0)
 
 
 def test_train_and_eval_splits_are_disjoint(tmp_path):

@@ -98,7 +98,10 @@ def test_unknown_cluster_mode():
 def test_cli_prints_one_line_for_config_errors():
     for args, expected in [(["agent=nope"], "unknown agent 'nope'; known agents: claude_code, codex, command"),
                            (["sweep.seeds=[]"], "sweep.seeds is empty"),
-                           (["cluster.mode=k8s"], "cluster.mode='k8s' is unknown")]:
+                           (["cluster.mode=k8s"], "cluster.mode='k8s' is unknown"),
+                           (["sweep=alfworld_small", "task=alfworld_small", "task.max_receptacles=0"],
+                            "task alfworld_small: max_receptacles=0 must be >= 1"),
+                           (["sweep=demo", "task=arithmetic", "+task.colour=red"], "does not take ['colour']")]:
         proc = subprocess.run([sys.executable, "-m", "orchestrator", *args, "dry_run=true", "output_dir=/tmp/a2rl-x"],
                               cwd=ROOT, capture_output=True, text=True)
         assert proc.returncode == 2, proc.stderr

@@ -371,6 +371,9 @@ def generate_game(seed: int, task_type: str | None = None, *, salt: str = "", ma
     ``walkthrough``) plus ``traj_data`` (what :func:`write_game` writes to ``traj_data.json``: the upstream
     ``task_type`` / ``pddl_params`` keys) and ``a2rl`` metadata (seed, task sentence, scene, fingerprint).
     """
+    for knob, value in (("max_per_type", max_per_type), ("max_receptacles", max_receptacles)):
+        if value is not None and int(value) < 1:
+            raise ValueError(f"{knob}={value} must be >= 1 (or None: the upstream room sizes)")
     base = f"{GENERATOR_VERSION}:{salt}:{int(seed)}"
     if task_type is None:
         task_type = random.Random(base + ":task").choice(TASK_TYPES)

@@ -82,6 +82,10 @@ class AlfWorldTask(Task):
             raise ValueError(f"task {name}: expert={expert!r} must be 'search', 'ordered' or 'planner'")
         self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
         self.task_types = list(task_types) if task_types else None
+        for knob, value in (("max_receptacles_per_type", max_receptacles_per_type),
+                            ("max_receptacles", max_receptacles)):
+            if value is not None and int(value) < 1:
+                raise ValueError(f"task {name}: {knob}={value} must be >= 1 (or null: the upstream room sizes)")
         self.max_receptacles_per_type = int(max_receptacles_per_type) if max_receptacles_per_type else None
         self.max_receptacles = int(max_receptacles) if max_receptacles else None
         self.max_steps = int(max_steps)
