@@ -37,6 +37,19 @@ def sandbox_paths(layout: Layout) -> tuple[list[Path], list[Path]]:
     return hidden, readonly
 
 
+def reachable(opts: dict) -> list[tuple[str, int]]:
+    """The addresses an agent in the isolated network mode may reach: the grading server (rollouts are on it
+    too) and the driver proxy."""
+    from urllib.parse import urlsplit
+
+    out = []
+    for url in (opts.get("grading_url"), opts.get("driver_url")):
+        if url:
+            parts = urlsplit(url)
+            out.append((parts.hostname, parts.port or 80))
+    return sorted(set(out))
+
+
 def agent_argv(cell: CellSpec) -> tuple[list[str], list[Path]]:
     """The agent's command line and the files to copy into its code/ (a built-in agent's script, your files)."""
     files = [Path(f) for f in cell.agent.files]
@@ -103,8 +116,11 @@ def run_cell(config: dict) -> None:
             "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": started, "deadline": deadline,
             "max_submissions": cell.budget.max_submissions,
             "driver_key": session.key if session is not None else None}).result()  # /status shows its tokens
+        settings = sandbox.Settings.from_cfg(opts["sandbox"])
         proc = sandbox.start(argv, workspace, env, adir / "agent.stdout", adir / "agent.stderr",
-                             sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly)
+                             sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly, settings=settings,
+                             cell_id=cell.cell_id, forward=reachable(opts),
+                             memory_bytes=settings.memory_bytes(cell.budget))
     except BaseException:
         if session is not None:
             session.close()
@@ -112,7 +128,7 @@ def run_cell(config: dict) -> None:
     agent_started = time.time()
     subs, calls, trace = JsonlTail(adir / SUBMISSIONS), JsonlTail(adir / DRIVER_CALLS), JsonlTail(adir / TRACE)
     state = {"best": None, "n": 0, "driver_calls": 0, "trace": 0}
-    limit, exit_code, env_usage = None, None, None
+    limit, exit_code, env_usage, resource_limit = None, None, None, None
 
     def report_new(extra_events=(), final=False) -> None:
         events = list(extra_events)
@@ -143,6 +159,8 @@ def run_cell(config: dict) -> None:
             if time.time() >= deadline:
                 limit = "wall_time"
                 break
+            if resource_limit := proc.limit_hit():
+                break
             if state["n"] >= cell.budget.max_submissions:
                 limit = "submissions"
                 break
@@ -152,6 +170,8 @@ def run_cell(config: dict) -> None:
     finally:
         agent_ended = time.time()
         proc.kill_group(opts["kill_grace_s"])  # also when the agent exited: its children may live on
+        resource_limit = resource_limit or proc.limit_hit(final=True)  # e.g. the kernel's OOM kill ended it
+        proc.close()
         if session is not None:
             try:  # the key stops working; calls still in flight land in the records first
                 session.close()
@@ -171,18 +191,23 @@ def run_cell(config: dict) -> None:
     if limit is None and session is not None and session.final_usage is not None:
         limit = session.limit_hit(state["driver_calls"])  # it stopped on a refused call: the budget ended it
 
-    if limit is not None:
+    if resource_limit is not None:  # the machine's limits, not the budget: the agent's fault
+        status, limit = AGENT_ERROR, None
+    elif limit is not None:
         status = BUDGET_EXHAUSTED
     else:
         status = COMPLETED if exit_code == 0 else AGENT_ERROR
     error = None
-    if status == AGENT_ERROR:
+    if resource_limit is not None:
+        error = resource_limit
+    elif status == AGENT_ERROR:
         tail = (adir / "agent.stderr").read_text(errors="replace")[-2000:] if (adir / "agent.stderr").exists() else ""
         error = f"agent exited with code {exit_code}: {tail.strip()[-500:]}"
     ended = time.time()
     outcome = {"status": status, "limit_hit": limit, "exit_code": exit_code, "error": error,
                "best_score": state["best"], "baseline_score": registered["baseline_score"],
-               "n_submissions": state["n"], "started_at": started, "ended_at": ended, "elapsed_s": ended - started,
+               "n_submissions": state["n"], **({"resource_limit": resource_limit} if resource_limit else {}),
+               "started_at": started, "ended_at": ended, "elapsed_s": ended - started,
                "workspace": str(workspace), "evaluations_unfinished": still_running,
                # the cell's own overhead: before the agent ran, and after it stopped (kill, waiting on grading)
                "setup_s": agent_started - started, "teardown_s": ended - agent_ended,

@@ -193,6 +193,7 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
         print_plan(plan, emulated, out)
         return plan
 
+    sandbox.Settings.from_cfg(to_plain(cfg.sandbox))  # a bad sandbox setting is one line, before anything starts
     sandboxed = sandbox.check_available(bool(cfg.sandbox.required))
     if not sandboxed:
         print("[a2rl] WARNING: bubblewrap missing and sandbox.required=false: agents run UNSANDBOXED", file=out)
@@ -243,6 +244,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
             callbacks.append(WandbCallback(cfg.logger.project, cfg.logger.get("entity"), wandb_mode(cfg.logger.mode),
                                            layout.output_dir))
         opts = {"sandboxed": sandboxed, "kill_grace_s": float(cfg.sandbox.kill_grace_s), "grading_url": url,
+                "sandbox": to_plain(cfg.sandbox),
                 "driver_url": driver_url, "cli_path": to_plain(cfg.get("cli_path")) or []}
         trainable = tune.with_resources(
             run_cell, lambda config: tune.PlacementGroupFactory(

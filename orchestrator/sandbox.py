@@ -1,10 +1,20 @@
 """Run an agent as its own process group inside a bubblewrap sandbox, and kill all of it at the end.
 
-The sandbox sees the system read-only, its workspace read-write, and nothing of a2rl's: the project tree, the
-output root (ledger, records, other cells' workspaces), the grading cache, /tmp and the home folder are replaced
-by empty tmpfs mounts. What the agent needs from inside those (the Python install, the virtualenv, the base-model
-cache) is bound back read-only. With --unshare-pid the agent's processes live in their own PID namespace, so
-killing its init kills every descendant, even one that called setsid or ignores SIGTERM.
+The agent is untrusted code. Inside the sandbox it runs
+- without privilege: as root, a2rl starts it as an unprivileged uid of its own (one per cell, from the cell id) with
+  every capability dropped and no_new_privs; as another user, inside a user namespace (bwrap --unshare-user) that
+  may not create further ones. Either way the mounts below are locked: no mount, remount, unshare or chroot
+  trick reveals what they cover;
+- in namespaces of its own: PID (killing its init kills every descendant, even a setsid'd one ignoring SIGTERM),
+  IPC, UTS, cgroup, a new session (no terminal injection), and in the `isolated` network mode a network namespace
+  whose only ways out are the grading server and the driver proxy (netrelay.py);
+- with the system read-only, its workspace read-write, and nothing of a2rl's: the project tree, the output root
+  (ledger, records, other cells' workspaces), the grading cache (eval data), the Ray token, /tmp, /run and the
+  home folder are replaced by empty mounts. What the agent needs from inside those (the Python install, the
+  virtualenv, the base-model cache) is bound back read-only. /dev is private: null, zero, random, a /dev/shm of
+  its own, and the GPU device nodes of its reservation;
+- under the cell's limits: processes, memory (a control group where the machine allows one), open files, and
+  disk in the workspace. Hitting one ends the cell as agent_error with the limit named.
 """
 from __future__ import annotations
 
@@ -13,9 +23,70 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from orchestrator.cgroups import CellCgroup
+from orchestrator.netrelay import PROXY_SOCKET, Relay
+from orchestrator.specs import ConfigError
+
+INIT_SCRIPT = Path(__file__).with_name("sandbox_init.py")
+INSIDE = Path("/run/a2rl")                    # where the sandbox sees its init script and its sockets
+NETWORK_MODES = ("isolated", "host")
+GIB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class Settings:
+    """conf/config.yaml `sandbox:` (see there for what each knob does)."""
+    network: str = "isolated"
+    allow: tuple = ()
+    agent_uid_base: int = 200000
+    max_processes: int = 4096
+    max_open_files: int = 65536
+    memory_gb: float | None = None
+    disk_gb: float | None = 100.0
+
+    @classmethod
+    def from_cfg(cls, sandbox_cfg) -> "Settings":
+        limits = dict(sandbox_cfg.get("limits") or {})
+        known = {"max_processes", "max_open_files", "memory_gb", "disk_gb"}
+        if set(limits) - known:
+            raise ConfigError(f"sandbox.limits: unknown key(s) {sorted(set(limits) - known)}; known keys are "
+                              f"{sorted(known)}")
+        network = sandbox_cfg.get("network", "isolated")
+        if network not in NETWORK_MODES:
+            raise ConfigError(f"sandbox.network={network!r} must be one of {list(NETWORK_MODES)}: `isolated` lets "
+                              f"the agent reach only its grading server and driver proxy (plus sandbox.allow), `host` "
+                              f"shares the machine's network as the original benchmark did")
+        allow = tuple(str(a) for a in (sandbox_cfg.get("allow") or ()))
+        for entry in allow:
+            host, _, port = entry.rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(f"sandbox.allow entry {entry!r} must be host:port, e.g. pypi.org:443")
+        for key in ("max_processes", "max_open_files"):
+            if limits.get(key) is not None and (not isinstance(limits[key], int) or limits[key] < 16):
+                raise ConfigError(f"sandbox.limits.{key}={limits[key]!r} must be an integer >= 16")
+        for key in ("memory_gb", "disk_gb"):
+            if limits.get(key) is not None and (not isinstance(limits[key], (int, float)) or limits[key] <= 0):
+                raise ConfigError(f"sandbox.limits.{key}={limits[key]!r} must be a positive number (or null)")
+        defaults = {k: v for k, v in ((k, getattr(cls, k)) for k in known)}
+        return cls(network=network, allow=allow, agent_uid_base=int(sandbox_cfg.get("agent_uid_base", 200000)),
+                   **{**defaults, **limits})
+
+    def memory_bytes(self, budget) -> int:
+        """The cell's memory limit: its reservation (budget.memory_gb), else sandbox.limits.memory_gb, else its
+        share of this machine by the CPUs it reserved (at least 2 GiB)."""
+        import psutil
+
+        if budget.memory_gb:
+            return int(budget.memory_gb * GIB)
+        if self.memory_gb:
+            return int(self.memory_gb * GIB)
+        total = psutil.virtual_memory().total
+        return int(max(2 * GIB, total * min(1.0, budget.cpus / (os.cpu_count() or 1))))
 
 
 class SandboxUnavailable(RuntimeError):
@@ -48,20 +119,52 @@ def _covers(parent: Path, child: Path) -> bool:
     return child == parent or parent in child.parents
 
 
-def bwrap_argv(workspace: Path, hidden: list[Path], readonly: list[Path]) -> list[str]:
-    """The bwrap prefix for a command. Mounts are applied in order: hide parents first, then bind children back."""
+def bwrap_argv(workspace: Path, hidden: list[Path], readonly: list[Path], *, as_root: bool | None = None,
+               network: str = "host", devices: list[Path] = (), files: list[tuple[Path, Path]] = (),
+               binds: list[tuple[Path, Path]] = ()) -> list[str]:
+    """The bwrap prefix for a command. Mounts are applied in order: hide parents first, then bind children back.
+
+    as_root: bwrap runs with privilege and the command drops it (setpriv, see agent_command); otherwise bwrap makes
+    an unprivileged user namespace. files: (source, where) bound read-only; binds: (source, where) read-write."""
     workspace = workspace.resolve()
-    argv = [bwrap_path() or "bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
+    as_root = os.geteuid() == 0 if as_root is None else as_root
+    argv = [bwrap_path() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
+            "--proc", "/proc", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--new-session", "--die-with-parent"]
+    if not as_root:  # no privilege to drop later: a user namespace with no capabilities, and no nested ones
+        argv += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+    if network == "isolated":
+        argv += ["--unshare-net"]
+    for device in devices:  # the GPUs of the reservation
+        argv += ["--dev-bind", str(device), str(device)]
     hidden = sorted({p.resolve() for p in hidden if p.exists()}, key=_depth)
     # Only bind back what a hidden path would otherwise cover.
     readonly = sorted({p.resolve() for p in readonly if p.exists() and any(_covers(h, p.resolve()) for h in hidden)},
                       key=_depth)
     for path in hidden:  # a folder becomes empty, a file reads as empty
-        argv += ["--dev-bind", "/dev/null", str(path)] if path.is_file() else ["--tmpfs", str(path)]
+        if path.is_file():
+            argv += ["--dev-bind", "/dev/null", str(path)]
+        else:  # scratch folders stay usable by the unprivileged agent
+            argv += (["--perms", "1777"] if path in (Path("/tmp"), Path("/var/tmp")) else []) + ["--tmpfs", str(path)]
+    made: set[Path] = set()
+
+    def parents(where: Path) -> list[str]:
+        """Folders a mount point needs inside an empty mount: bwrap would make them 0700, closed to the agent's uid."""
+        out = []
+        for folder in reversed(where.parents):
+            if folder not in made and any(_covers(h, folder) and h != folder for h in hidden):
+                made.add(folder)
+                out += ["--perms", "0755", "--dir", str(folder)]
+        return out
+
     for path in readonly:
         if not _covers(path, workspace):
-            argv += ["--ro-bind", str(path), str(path)]
+            argv += parents(path) + ["--ro-bind", str(path), str(path)]
+    for source, where in files:
+        argv += parents(where) + ["--ro-bind", str(source), str(where)]
+    for source, where in binds:
+        argv += parents(where) + ["--bind", str(source), str(where)]
+    argv += parents(workspace)
     argv += ["--bind", str(workspace), str(workspace), "--chdir", str(workspace)]
     return argv
 
@@ -72,11 +175,140 @@ def python_paths() -> list[Path]:
     return sorted(paths)
 
 
+def system_hidden() -> list[Path]:
+    """Host folders no agent needs: runtime sockets and state (/run: docker, dbus, systemd), shared scratch."""
+    return [Path("/run"), Path("/var/run"), Path("/var/tmp"), Path("/tmp")]
+
+
+def agent_ids(cell_id: str, settings: Settings) -> tuple[int, int] | None:
+    """As root, the cell's own unprivileged uid (= gid): per-process limits count per uid, so one cell's fork bomb
+    cannot use up another's. None when a2rl is not root (the user namespace maps the agent to a2rl's user)."""
+    if os.geteuid() != 0:
+        return None
+    uid = settings.agent_uid_base + int(cell_id[:4], 16)
+    return uid, uid
+
+
+def gpu_devices(visible: str | None) -> list[Path]:
+    """The NVIDIA device nodes for CUDA_VISIBLE_DEVICES (indices or GPU-uuids, as Ray sets it), plus the
+    driver's control nodes. Nothing when no GPU is reserved."""
+    if not visible:
+        return []
+    info = Path("/proc/driver/nvidia/gpus")
+    gpus = []  # (bus id, minor, uuid), in the PCI order that NVML and Ray number GPUs by
+    for folder in sorted(info.iterdir()) if info.is_dir() else []:
+        fields = dict(line.split(":", 1) for line in (folder / "information").read_text().splitlines() if ":" in line)
+        gpus.append((folder.name, fields.get("Device Minor", "").strip(), fields.get("GPU UUID", "").strip()))
+    nodes = []
+    for token in visible.split(","):
+        token = token.strip()
+        for i, (_, minor, uuid) in enumerate(gpus):
+            if token == str(i) or (token and token == uuid):
+                nodes.append(Path(f"/dev/nvidia{minor}"))
+    control = [Path(f"/dev/{n}") for n in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset",
+                                           "nvidia-caps")]
+    return [p for p in nodes + control if p.exists()]
+
+
+def account_files(folder: Path, uid: int, gid: int) -> list[tuple[Path, Path]]:
+    """/etc/passwd and /etc/group that name the agent's uid, so tools that look their user up (getpass, git, pip)
+    work; bound read-only over the system's."""
+    out = []
+    for name, line in (("passwd", f"a2rl-agent:x:{uid}:{gid}:a2rl agent:/nonexistent:/bin/sh\n"),
+                       ("group", f"a2rl-agent:x:{gid}:\n")):
+        text = Path(f"/etc/{name}").read_text() if Path(f"/etc/{name}").exists() else ""
+        (folder / name).write_text(text + ("" if text.endswith("\n") or not text else "\n") + line)
+        out.append((folder / name, Path(f"/etc/{name}")))
+    return out
+
+
+def chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Give the agent its workspace (links are not followed: model/ points into the read-only cache)."""
+    os.lchown(root, uid, gid)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.lchown(os.path.join(folder, name), uid, gid)
+
+
+def disk_usage(root: Path) -> int:
+    """Bytes a folder takes on disk, without following links."""
+    total = 0
+    for folder, dirs, files in os.walk(root):
+        for name in files + dirs:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+@dataclass
+class ResourceWatch:
+    """Tells when a cell's agent hit a resource limit: from its control group's counters where it has one, else by
+    sampling its processes (memory, count) and, in both cases, its workspace's size."""
+    workspace: Path
+    root_pid: int
+    memory_bytes: int | None
+    max_processes: int
+    disk_bytes: int | None
+    cgroup: CellCgroup | None = None
+    every_s: float = 1.0
+    disk_every_s: float = 5.0
+    _next: float = 0.0
+    _next_disk: float = 0.0
+
+    def check(self, final: bool = False) -> str | None:
+        now = time.monotonic()
+        if self.cgroup is not None:
+            if self.cgroup.oom_kills():
+                return (f"memory limit hit: the cell's processes needed more than {self.memory_bytes / GIB:.1f} GiB "
+                        f"and the kernel killed one (raise budget.memory_gb)")
+            if self.cgroup.pid_limit_hits():
+                return (f"process limit hit: the agent tried to run more than {self.max_processes} processes and "
+                        f"threads at once (sandbox.limits.max_processes)")
+        elif not final and now >= self._next:
+            self._next = now + self.every_s
+            rss, tasks = self._sample()
+            if self.memory_bytes and rss > self.memory_bytes:
+                return (f"memory limit hit: the agent's processes used {rss / GIB:.1f} GiB, more than "
+                        f"{self.memory_bytes / GIB:.1f} GiB (raise budget.memory_gb)")
+            if tasks >= self.max_processes - 8:  # the per-uid rlimit stops it just short of this
+                return (f"process limit hit: the agent ran {tasks} processes and threads, the limit is "
+                        f"{self.max_processes} (sandbox.limits.max_processes)")
+        if self.disk_bytes and (final or now >= self._next_disk):
+            self._next_disk = now + self.disk_every_s
+            used = disk_usage(self.workspace)
+            if used > self.disk_bytes:
+                return (f"disk limit hit: the workspace holds {used / GIB:.2f} GB, more than "
+                        f"{self.disk_bytes / GIB:.2f} GB (sandbox.limits.disk_gb)")
+        return None
+
+    def _sample(self) -> tuple[int, int]:
+        import psutil
+
+        rss = tasks = 0
+        try:
+            procs = psutil.Process(self.root_pid).children(recursive=True)
+        except psutil.Error:
+            return 0, 0
+        for proc in procs:
+            try:
+                rss += proc.memory_info().rss
+                tasks += proc.num_threads()
+            except psutil.Error:
+                continue
+        return rss, tasks
+
+
 @dataclass
 class AgentProcess:
     popen: subprocess.Popen
     sandboxed: bool
     started: float
+    watch: ResourceWatch | None = None
+    relay: Relay | None = None
+    state_dir: Path | None = None
+    cgroup: CellCgroup | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> int:
@@ -84,6 +316,10 @@ class AgentProcess:
 
     def poll(self) -> int | None:
         return self.popen.poll()
+
+    def limit_hit(self, final: bool = False) -> str | None:
+        """The resource limit the agent hit, in words, or None."""
+        return self.watch.check(final) if self.watch is not None else None
 
     def kill_group(self, grace_s: float = 5.0) -> None:
         """SIGTERM the whole group, SIGKILL after grace_s. Safe to call twice; leaves nothing behind."""
@@ -103,6 +339,15 @@ class AgentProcess:
             self.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - the kernel has not reaped it yet
             pass
+
+    def close(self) -> None:
+        """After kill_group: the relay's sockets, the control group and the private files go."""
+        if self.relay is not None:
+            self.relay.close()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.state_dir is not None:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -125,11 +370,54 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+# Moves the sandbox into the cell's control group before it starts anything, then becomes it.
+_ENTER_CGROUP = 'for f in $A2RL_CGROUP_PROCS; do echo $$ > "$f" || exit 125; done; unset A2RL_CGROUP_PROCS; exec "$@"'
+
+
 def start(argv: list[str], workspace: Path, env: dict, stdout: Path, stderr: Path, *, sandboxed: bool,
-          hidden: list[Path] = (), readonly: list[Path] = ()) -> AgentProcess:
+          hidden: list[Path] = (), readonly: list[Path] = (), settings: Settings = Settings(), cell_id: str = "0000",
+          forward: list[tuple[str, int]] = (), memory_bytes: int | None = None) -> AgentProcess:
+    """Start the agent. forward: the (host, port) addresses it may reach in the isolated network mode."""
+    env = dict(env)
+    relay = state = cgroup = None
     if sandboxed:
-        argv = bwrap_argv(workspace, list(hidden), list(readonly)) + ["--"] + list(argv)
+        state = Path(tempfile.mkdtemp(prefix="a2rl-sbx-"))  # short: unix socket paths are limited to 107 bytes
+        ids = agent_ids(cell_id, settings)
+        files = [(INIT_SCRIPT, INSIDE / "init.py")]
+        binds = []
+        inner = [sys.executable, str(INSIDE / "init.py"), "--nproc", str(settings.max_processes),
+                 "--nofile", str(settings.max_open_files)]
+        if settings.network == "isolated":
+            relay = Relay(state / "net", list(forward), list(settings.allow)).start()
+            binds.append((state / "net", INSIDE / "net"))
+            for _, port in forward:
+                inner += ["--forward", f"{port}={INSIDE / 'net' / f'{port}.sock'}"]
+            if settings.allow:  # the allowlist's proxy, on a port no forwarded address uses
+                proxy_port = next(p for p in range(3128, 65536) if p not in {port for _, port in forward})
+                inner += ["--forward", f"{proxy_port}={INSIDE / 'net' / PROXY_SOCKET}"]
+                for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+                    env[var] = f"http://127.0.0.1:{proxy_port}"
+                env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+        else:  # host network: name resolution may live under /run (systemd-resolved)
+            readonly = [*readonly, Path("/run/systemd/resolve")]
+        inner += ["--", *argv]
+        if ids is not None:
+            uid, gid = ids
+            files += account_files(state, uid, gid)
+            chown_tree(workspace, uid, gid)
+            inner = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
+                     "--bounding-set=-all", "--no-new-privs", "--", *inner]
+        argv = bwrap_argv(workspace, [*hidden, *system_hidden()], list(readonly), as_root=ids is not None,
+                          network=settings.network, devices=gpu_devices(env.get("CUDA_VISIBLE_DEVICES")),
+                          files=files, binds=binds) + ["--", *inner]
+        cgroup = CellCgroup.create(f"a2rl-{cell_id}-{os.getpid()}", memory_bytes, settings.max_processes)
+        if cgroup is not None:
+            argv = ["/bin/sh", "-c", _ENTER_CGROUP, "a2rl-enter-cgroup", *argv]
+            env["A2RL_CGROUP_PROCS"] = " ".join(str(f) for f in cgroup.procs_files)
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         popen = subprocess.Popen(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                  start_new_session=True, close_fds=True)
-    return AgentProcess(popen=popen, sandboxed=sandboxed, started=time.time())
+    watch = ResourceWatch(workspace, popen.pid, memory_bytes, settings.max_processes,
+                          int(settings.disk_gb * GIB) if settings.disk_gb else None, cgroup) if sandboxed else None
+    return AgentProcess(popen=popen, sandboxed=sandboxed, started=time.time(), watch=watch, relay=relay,
+                        state_dir=state, cgroup=cgroup)

@@ -152,7 +152,7 @@ def test_sandbox_hides_secrets_and_other_cells(run_sweep, cache_dir, tmp_path):
         # The Ray cluster listens on the machine's ports: without its token (in the hidden $HOME) it refuses.
         {sys.executable} code/ray_probe.py {gcs_port}
         sleep 2  # so both cells' workspaces exist at once
-    """, extra_files=(ray_probe,)) + ["sweep.seeds=[0,1]"]
+    """, extra_files=(ray_probe,)) + ["sweep.seeds=[0,1]", "sandbox.network=host"]  # Ray's ports are reachable
     _, _, out = run_sweep(overrides, output_dir=out)
     rows = ledger_of(out).cells().values()
     assert len(rows) == 2
