@@ -13,7 +13,7 @@ from orchestrator.specs import task_identity
 
 
 # Bump when what a score means changes (scale, scoring rule), so no stale cached score is served.
-SCORING_VERSION = 2  # 2: scores are percentages
+SCORING_VERSION = 3  # 2: scores are percentages; 3: generated eval splits are salted with a secret
 
 
 def split_key(task_cfg: dict) -> str:

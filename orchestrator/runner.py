@@ -114,9 +114,13 @@ def start_ray(cluster: DictConfig) -> None:
     if cluster.mode == "local":
         reap_orphaned_ray_agents()
         resources = {EMULATED_GPU: float(cluster.emulated_gpus)} if cluster.emulated_gpus else None
+        # Loopback only. Ray 2.60's gRPC servers (GCS, raylet, workers) still listen on every interface, with no
+        # setting to change it: the token guards them, and an agent in the isolated network mode cannot reach
+        # any of them. Metrics collection is off: its Prometheus endpoint answers without a token.
         ray.init(num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
                  _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
-                 configure_logging=True, logging_level="WARNING")
+                 configure_logging=True, logging_level="WARNING",
+                 _system_config={"enable_metrics_collection": False})
     else:
         ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level="WARNING")
 

@@ -103,15 +103,9 @@ class AlfWorldTask(Task):
 
     # -- games ------------------------------------------------------------------------------------------------
     def _salt(self) -> str:
-        if self.eval_salt:
-            return str(self.eval_salt)
-        path = self.cache_dir / "grading" / SALT_FILE
-        with _locked(path.with_name(f".{SALT_FILE}.lock")):
-            if not path.exists():
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(secrets.token_hex(16))
-        return path.read_text().strip()
+        from evaluators.tasks.secret import grading_secret
+
+        return str(self.eval_salt) if self.eval_salt else grading_secret(self.cache_dir, SALT_FILE)
 
     @cached_property
     def games_dir(self) -> Path:

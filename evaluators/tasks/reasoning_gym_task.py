@@ -2,13 +2,17 @@
 
 reasoning-gym item i of a dataset with seed S is drawn from Random(S + i), so train and eval come from disjoint
 seed ranges; any eval question that also occurs in train is dropped as well (small generators repeat questions).
+The eval seeds are derived from `eval_seed` and a secret kept on the grading side (evaluators/tasks/secret.py), far
+above every train seed: an agent that knows the config and the generator still cannot rebuild the eval split.
 """
 from __future__ import annotations
 
 import json
 import re
 from decimal import Decimal, InvalidOperation
+import hashlib
 from functools import cached_property
+from pathlib import Path
 
 from evaluators.tasks.base import Task
 
@@ -16,6 +20,9 @@ from evaluators.tasks.base import Task
 NUMBER = re.compile(r"(?<![\d.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 # Eval questions are drawn from at most this many seeds per requested item (duplicates are skipped).
 EVAL_DRAWS_PER_ITEM = 10
+# Secret eval seeds start here (train seeds must stay below) and spread over 2**40 values.
+SECRET_SEEDS_FROM = 1 << 40
+SALT_FILE = "eval-salt"
 
 
 def final_number(text: str) -> Decimal | None:
@@ -44,9 +51,12 @@ def numeric_score(completion: str, answer: str) -> float:
 class ReasoningGymTask(Task):
     def __init__(self, name: str, dataset: str, train_size: int, eval_size: int, train_seed: int = 0,
                  eval_seed: int = 1_000_000, dataset_config: dict | None = None, level: int = 1,
-                 prompt_template: str = "{question}", completion: str = "answer_cot", description: str = ""):
+                 prompt_template: str = "{question}", completion: str = "answer_cot", description: str = "",
+                 eval_salt: str | None = None, cache_dir: str | None = None):
         """completion: "answer_cot" trains on the generator's worked solution where it has one (it ends with the
-        answer), "answer" on the bare answer. prompt_template formats the generator's question into the prompt."""
+        answer), "answer" on the bare answer. prompt_template formats the generator's question into the prompt.
+        eval_salt: null keeps a random secret in CACHE_DIR/grading/eval-salt (a fixed string makes the eval split
+        the same on every machine, and public: for reproductions only)."""
         super().__init__(name, level)
         self.dataset = dataset
         self.dataset_config = dict(dataset_config or {})
@@ -57,13 +67,19 @@ class ReasoningGymTask(Task):
         self.description = description
         if completion not in ("answer", "answer_cot"):
             raise ValueError(f"task {name}: completion={completion!r} must be 'answer' or 'answer_cot'")
-        train_range = range(self.train_seed, self.train_seed + self.train_size)
-        eval_range = range(self.eval_seed, self.eval_seed + self.eval_size * EVAL_DRAWS_PER_ITEM)
-        if train_range.start < eval_range.stop and eval_range.start < train_range.stop:
-            raise ValueError(
-                f"task {name}: train seeds {train_range.start}..{train_range.stop - 1} and eval seeds "
-                f"{eval_range.start}..{eval_range.stop - 1} overlap (item i uses seed+i); move eval_seed to "
-                f">= {train_range.stop} or far below train_seed")
+        self.eval_salt = eval_salt
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else None
+        if self.train_seed < 0 or self.train_seed + self.train_size > SECRET_SEEDS_FROM:
+            raise ValueError(f"task {name}: train seeds {self.train_seed}..{self.train_seed + self.train_size - 1} "
+                             f"must lie in 0..{SECRET_SEEDS_FROM - 1} (eval seeds are drawn above them)")
+
+    def secret_eval_seed(self) -> int:
+        """The first eval seed: eval_seed hashed with the grading side's secret. Only the grader calls this."""
+        from evaluators.tasks.secret import default_cache_dir, grading_secret
+
+        salt = self.eval_salt or grading_secret(self.cache_dir or default_cache_dir(), SALT_FILE)
+        digest = hashlib.sha256(f"{salt}:{self.dataset}:{self.eval_seed}".encode()).digest()
+        return SECRET_SEEDS_FROM + int.from_bytes(digest[:5], "big")
 
     def _generate(self, seed: int, size: int) -> list[dict]:
         import reasoning_gym
@@ -88,7 +104,7 @@ class ReasoningGymTask(Task):
     def _eval(self) -> list[dict]:
         seen = {row["prompt"] for row in self._train}
         rows = []
-        for item in self._generate(self.eval_seed, self.eval_size * EVAL_DRAWS_PER_ITEM):
+        for item in self._generate(self.secret_eval_seed(), self.eval_size * EVAL_DRAWS_PER_ITEM):
             row = self._row("eval", len(rows), item)
             if row["prompt"] in seen:
                 continue

@@ -1,0 +1,30 @@
+"""Secrets the grading side keeps, so that a hidden split cannot be rebuilt from a task's public config.
+
+A generated eval split (reasoning-gym questions, ALFWorld games) is drawn from seeds an agent could otherwise read
+in the config and replay with the same generator inside its sandbox. Each such split is salted with a random
+secret made once per cache and kept in CACHE_DIR/grading/ (hidden from agents, readable only by a2rl's user).
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+from pathlib import Path
+
+
+def default_cache_dir() -> Path:
+    """The same default as conf/config.yaml's cache_dir (the orchestrator exports A2RL_CACHE_DIR to Ray)."""
+    return Path(os.environ.get("A2RL_CACHE_DIR") or Path.home() / ".cache" / "a2rl").expanduser().resolve()
+
+
+def grading_secret(cache_dir: Path, name: str) -> str:
+    """CACHE_DIR/grading/<name>: made once (by whichever process needs it first), then read."""
+    path = Path(cache_dir) / "grading" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(16))
+    return path.read_text().strip()
