@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from orchestrator.specs import CellSpec
@@ -123,7 +124,8 @@ def agent_env(workspace: Path, run: dict, cpus: float, inherit: dict | None = No
     home.mkdir(exist_ok=True)
     threads = str(max(1, int(cpus)))
     env = {
-        "PATH": inherit.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        # `python` is the interpreter a2rl runs on (torch, transformers, trl): the agent's own may be hidden in $HOME
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), inherit.get("PATH", "/usr/local/bin:/usr/bin:/bin")]),
         "HOME": str(home),
         "LANG": "C.UTF-8",
         "TMPDIR": "/tmp",
