@@ -236,3 +236,42 @@ def test_hostile_agent_cannot_escape_and_limits_end_hogs(run_sweep, cache_dir, t
         for p in psutil.process_iter(["cmdline"]):
             if marker in " ".join(p.info["cmdline"] or []):
                 p.kill()
+
+
+def test_a2rl_as_an_ordinary_user_sandboxes_in_a_user_namespace(tmp_path):
+    """Not root: bwrap makes the user namespace itself. The agent has no capabilities, cannot make another user
+    namespace, sees the hidden folder empty, writes its workspace, and what it writes belongs to a2rl's user."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    python = shutil.which("python3", path="/usr/bin:/bin")  # the system's: a2rl's venv may sit in root's home
+    if os.geteuid() != 0 or not python:
+        pytest.skip("needs root to become another user, and a system python3")
+    root = Path(tempfile.mkdtemp(prefix="a2rl-unpriv-"))
+    try:
+        os.chmod(root, 0o755)
+        (root / "ws").mkdir()
+        (root / "secret").mkdir()
+        (root / "secret" / "answers.txt").write_text("HIDDEN")
+        os.chown(root / "ws", 65534, 65534)
+        script = textwrap.dedent(f"""
+            import subprocess, sys
+            from pathlib import Path
+            sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+            from orchestrator import sandbox
+            argv = sandbox.bwrap_argv(Path({str(root / 'ws')!r}), [Path({str(root / 'secret')!r})], [],
+                                      network="isolated")
+            probe = ("grep CapEff /proc/self/status; unshare -U true 2>/dev/null && echo NESTED || echo NO_NESTED; "
+                     "cat {root / 'secret' / 'answers.txt'} 2>/dev/null || echo SECRET_HIDDEN; touch made && echo WS_OK")
+            sys.stdout.write(subprocess.run(argv + ["--", "/bin/sh", "-c", probe], capture_output=True,
+                                            text=True).stdout)
+        """)
+        done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", script],
+                              capture_output=True, text=True, timeout=60, cwd=root)
+        text = done.stdout
+        assert "CapEff:\t0000000000000000" in text and "NO_NESTED" in text, text + done.stderr
+        assert "SECRET_HIDDEN" in text and "WS_OK" in text, text + done.stderr
+        assert (root / "ws" / "made").stat().st_uid == 65534  # a2rl's user (here nobody), never root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
