@@ -72,9 +72,8 @@ class Settings:
         for key in ("memory_gb", "disk_gb"):
             if limits.get(key) is not None and (not isinstance(limits[key], (int, float)) or limits[key] <= 0):
                 raise ConfigError(f"sandbox.limits.{key}={limits[key]!r} must be a positive number (or null)")
-        defaults = {k: v for k, v in ((k, getattr(cls, k)) for k in known)}
         return cls(network=network, allow=allow, agent_uid_base=int(sandbox_cfg.get("agent_uid_base", 200000)),
-                   **{**defaults, **limits})
+                   **{**{k: getattr(cls, k) for k in known}, **limits})
 
     def memory_bytes(self, budget) -> int:
         """The cell's memory limit: its reservation (budget.memory_gb), else sandbox.limits.memory_gb, else its
