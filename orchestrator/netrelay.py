@@ -122,9 +122,10 @@ class Relay:
         async def stop():
             for server in self.servers:
                 server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:  # open connections end with the cell
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         if self.thread.is_alive():
             asyncio.run_coroutine_threadsafe(stop(), self.loop).result(timeout=10)
