@@ -275,3 +275,57 @@ def test_a2rl_as_an_ordinary_user_sandboxes_in_a_user_namespace(tmp_path):
         assert (root / "ws" / "made").stat().st_uid == 65534  # a2rl's user (here nobody), never root
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_isolated_network_reaches_only_the_forwarded_address_and_the_allowlist(tmp_path):
+    """Inside the isolated sandbox: the forwarded address answers on its own port, an allowlisted `host:port` answers
+    through the proxy (HTTP_PROXY is set), and a service that is on neither list cannot be reached at all."""
+    import subprocess
+    import sys
+
+    from orchestrator import sandbox
+
+    servers = []
+    for _ in range(3):  # grading, a package index on the allowlist, a service on no list
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    grading, index, other = (s.server_address[1] for s in servers)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "probe.py").write_text(textwrap.dedent(f"""
+        import os, urllib.request
+        for var in ("NO_PROXY", "no_proxy"):  # set for 127.0.0.1 (the grading server); this index is there too
+            os.environ.pop(var)
+        def get(url, proxy):
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler(
+                {{"http": os.environ["HTTP_PROXY"]}} if proxy else {{}}))
+            try:
+                opener.open(url, timeout=5).read()
+                return "OK"
+            except Exception as e:
+                return type(e).__name__ + str(getattr(e, "code", ""))
+        print("GRADING", get("http://127.0.0.1:{grading}/", False))
+        print("INDEX_VIA_PROXY", get("http://127.0.0.1:{index}/", True))
+        print("INDEX_DIRECT", get("http://127.0.0.1:{index}/", False))
+        print("OTHER_VIA_PROXY", get("http://127.0.0.1:{other}/", True))
+        print("OTHER_DIRECT", get("http://127.0.0.1:{other}/", False))
+    """))
+    settings = sandbox.Settings(network="isolated", allow=(f"127.0.0.1:{index}",))
+    proc = sandbox.start([sys.executable, "probe.py"], workspace, {"PATH": "/usr/bin:/bin", "HOME": str(workspace)},
+                         tmp_path / "out", tmp_path / "err", sandboxed=True, hidden=[Path("/tmp"), Path.home()],
+                         readonly=sandbox.python_paths(), settings=settings, cell_id="a110c8000000",
+                         forward=[("127.0.0.1", grading)], memory_bytes=2 << 30)
+    try:
+        proc.popen.wait(timeout=120)
+    finally:
+        proc.kill_group(1)
+        proc.close()
+        for server in servers:
+            server.shutdown()
+    text = (tmp_path / "out").read_text()
+    lines = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+    assert lines.get("GRADING") == "OK" and lines.get("INDEX_VIA_PROXY") == "OK", text + (tmp_path / "err").read_text()
+    assert lines["OTHER_VIA_PROXY"] == "HTTPError403"  # the proxy names what it refused
+    assert lines["INDEX_DIRECT"] != "OK" and lines["OTHER_DIRECT"] != "OK"
+    assert not any(subprocess.run(["pgrep", "-f", "probe.py"], capture_output=True).stdout.split())
