@@ -325,7 +325,10 @@ class AgentProcess:
         pgid = self.popen.pid  # start_new_session made the agent its own group leader
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
             try:
-                os.killpg(pgid, sig)
+                if sig == signal.SIGTERM and self.sandboxed:
+                    _signal_descendants(self.popen.pid, sig)  # the agent's own session; bwrap lives on meanwhile
+                else:  # bwrap's death takes its PID namespace, and so every process of the agent, with it
+                    os.killpg(pgid, sig)
             except ProcessLookupError:
                 break
             deadline = time.monotonic() + wait
@@ -347,6 +350,22 @@ class AgentProcess:
             self.cgroup.remove()
         if self.state_dir is not None:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def _signal_descendants(pid: int, sig: int) -> None:
+    """Signal what runs inside the sandbox (it has a session of its own, so the group signal misses it), so the
+    agent gets its grace period before bwrap, and with it the whole namespace, is killed."""
+    import psutil
+
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        raise ProcessLookupError(pid) from None
+    for child in children:
+        try:
+            child.send_signal(sig)
+        except psutil.Error:
+            continue
 
 
 def _group_alive(pgid: int) -> bool:

@@ -329,3 +329,27 @@ def test_isolated_network_reaches_only_the_forwarded_address_and_the_allowlist(t
     assert lines["OTHER_VIA_PROXY"] == "HTTPError403"  # the proxy names what it refused
     assert lines["INDEX_DIRECT"] != "OK" and lines["OTHER_DIRECT"] != "OK"
     assert not any(subprocess.run(["pgrep", "-f", "probe.py"], capture_output=True).stdout.split())
+
+
+def test_the_agent_gets_sigterm_and_its_grace_before_the_sandbox_dies(tmp_path):
+    """The agent has a session of its own inside the sandbox; a2rl still signals it first, so it can save its work."""
+    import sys
+    import time
+
+    from orchestrator import sandbox
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = "import signal, sys, time\n" \
+             "def bye(*_):\n    open('term.txt', 'w').write('saved'); sys.exit(0)\n" \
+             "signal.signal(signal.SIGTERM, bye)\nopen('ready', 'w').close()\ntime.sleep(600)\n"
+    (workspace / "agent.py").write_text(script)
+    proc = sandbox.start([sys.executable, "agent.py"], workspace, {"PATH": "/usr/bin:/bin"}, tmp_path / "out",
+                         tmp_path / "err", sandboxed=True, hidden=[Path("/tmp"), Path.home()],
+                         readonly=sandbox.python_paths(), settings=sandbox.Settings(), cell_id="5e1f00000000")
+    deadline = time.monotonic() + 120
+    while not (workspace / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.kill_group(grace_s=10)
+    proc.close()
+    assert (workspace / "term.txt").read_text() == "saved", (tmp_path / "err").read_text()
