@@ -173,6 +173,21 @@ def start_driver_proxy(cfg: DictConfig, keys: dict[str, str], grading_url: str) 
     return grading_url + deploy(keys, retry, float(cfg.driver_proxy.num_cpus))
 
 
+def check_reservations(cfg, plan: Plan, tasks: list[dict], emulated: bool, with_proxy: bool, out) -> None:
+    """Refuse, before anything is deployed, a cell or service reservation that no node of the cluster can hold."""
+    import ray
+
+    from orchestrator.callbacks import label
+    from orchestrator.reservations import check_fits, service_reservations
+
+    nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+    services = service_reservations(tasks, EMULATED_GPU if emulated else "GPU",
+                                    float(cfg.driver_proxy.num_cpus) if with_proxy else 0.0)
+    cells = [(label(c), resources_of(c, emulated)) for c in plan.to_run]
+    for problem in check_fits(cells, services, nodes, can_grow=bool(cfg.cluster.get("can_grow", False))):
+        print(f"[a2rl] waiting for the cluster to grow: {problem}", file=out)
+
+
 def check_tasks(cells: list[CellSpec]) -> None:
     """Build each task once (constructors only read and check their config), so that a bad task setting is one clear
     line now, not a failed grader deployment after Ray has started."""
@@ -241,6 +256,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
         start_ray(cfg.cluster)
     tasks = list({c.task_name: c.task for c in plan.to_run}.values())
     try:
+        check_reservations(cfg, plan, tasks, emulated, keys is not None, out)
         url = start_graders(cfg, tasks, emulated)
         driver_url = start_driver_proxy(cfg, keys, url) if keys is not None else None
         callbacks = [LedgerCallback(ledger, [c.cell_id for c in plan.to_run], stream=out)]

@@ -201,3 +201,30 @@ def test_infra_errors_are_retried_by_tune_then_recorded(run_sweep, tmp_path):
     assert "ws" in row["error"] and ("NotADirectoryError" in row["error"] or "FileExistsError" in row["error"])
     kinds = [e["payload"].get("status") for e in ledger_of(out).events(kind="status")]
     assert "retrying" in kinds and "retrying" in text
+
+
+def test_reservations_that_can_never_fit_are_refused_before_anything_waits(run_sweep):
+    """The session cluster has 4 CPUs and 1 emulated GPU. Ray would queue these for ever, in silence."""
+    from orchestrator.specs import ConfigError
+
+    with pytest.raises(ConfigError, match=r"cell noop/arithmetic/seed0 .*reserves .*emulated_gpu=2.*sweep.budget.gpus"):
+        run_sweep(SMOKE + ["agent=noop", "sweep.budget.gpus=2"])
+    # one GPU for the cell, and the task's grader holds the same one
+    with pytest.raises(ConfigError, match=r"reserves .*emulated_gpu=1.*grader"):
+        run_sweep(SMOKE + ["agent=noop", "sweep.budget.gpus=1", "task=arithmetic", "task.grader.num_gpus=1"])
+    with pytest.raises(ConfigError, match=r"grader of task arithmetic reserves CPU=8"):
+        run_sweep(SMOKE + ["agent=noop", "task=arithmetic", "task.grader.num_cpus=8"])
+
+
+def test_reservation_check_places_services_first_and_only_warns_on_a_growing_cluster():
+    from orchestrator.reservations import check_fits
+    from orchestrator.specs import ConfigError
+
+    nodes = [{"CPU": 16, "GPU": 1}, {"CPU": 2}]
+    grader = [("the grader of task t", "task.grader.num_gpus", {"CPU": 1, "GPU": 0.5})]
+    assert check_fits([("c", {"CPU": 4, "GPU": 0.5})], grader, nodes) == []  # shares the GPU
+    with pytest.raises(ConfigError, match="cell c reserves CPU=1, GPU=1"):
+        check_fits([("c", {"CPU": 1, "GPU": 1})], grader, nodes)
+    assert check_fits([("c", {"CPU": 2})], grader, nodes) == []  # the small node takes it
+    warnings = check_fits([("c", {"CPU": 1, "GPU": 2})], grader, nodes, can_grow=True)
+    assert len(warnings) == 1 and "cell c" in warnings[0]
