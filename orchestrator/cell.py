@@ -96,7 +96,14 @@ def run_cell(config: dict) -> None:
     base_model = resolve_base_model(cell.task["base_model"], layout.models_cache)
     grader = serve.get_app_handle(app_name(cell.task_name))
     token = secrets.token_urlsafe(24)
-    deadline = started + cell.budget.wall_time_s
+    settings = sandbox.Settings.from_cfg(opts["sandbox"])
+    hidden, readonly = sandbox_paths(layout)
+    check = sandbox.preflight_command(opts["sandbox"].get("preflight"), cell.budget.gpus, opts.get("emulated", False))
+    if opts["sandboxed"] and check:  # raises PreflightFailed: an infra error, retried, no budget spent yet
+        sandbox.preflight(check, {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
+                                  **{k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}},
+                          hidden=hidden, readonly=readonly, settings=settings, cell_id=cell.cell_id)
+    deadline = time.time() + cell.budget.wall_time_s  # the budget starts now
     workspace = layout.workspace(cell.cell_id, attempt)
     argv, agent_files = agent_argv(cell)
     run_info = {"grading_url": f"{opts['grading_url']}/{cell.task_name}", "run_token": token,
@@ -106,7 +113,6 @@ def run_cell(config: dict) -> None:
     materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info, agent_files=agent_files)
 
     env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
-    hidden, readonly = sandbox_paths(layout)
     if session is not None:  # the per-cell driver key (the real one stays in the proxy); a CLI's command line
         argv = session.start(workspace, env, opts["driver_url"], adir / DRIVER_CALLS, argv)
         readonly += session.readonly_paths(hidden)
@@ -116,7 +122,6 @@ def run_cell(config: dict) -> None:
             "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": started, "deadline": deadline,
             "max_submissions": cell.budget.max_submissions,
             "driver_key": session.key if session is not None else None}).result()  # /status shows its tokens
-        settings = sandbox.Settings.from_cfg(opts["sandbox"])
         proc = sandbox.start(argv, workspace, env, adir / "agent.stdout", adir / "agent.stderr",
                              sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly, settings=settings,
                              cell_id=cell.cell_id, forward=reachable(opts),

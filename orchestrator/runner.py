@@ -264,7 +264,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
             callbacks.append(WandbCallback(cfg.logger.project, cfg.logger.get("entity"), wandb_mode(cfg.logger.mode),
                                            layout.output_dir))
         opts = {"sandboxed": sandboxed, "kill_grace_s": float(cfg.sandbox.kill_grace_s), "grading_url": url,
-                "sandbox": to_plain(cfg.sandbox),
+                "sandbox": to_plain(cfg.sandbox), "emulated": emulated,
                 "driver_url": driver_url, "cli_path": to_plain(cfg.get("cli_path")) or []}
         trainable = tune.with_resources(
             run_cell, lambda config: tune.PlacementGroupFactory(

@@ -439,3 +439,48 @@ def start(argv: list[str], workspace: Path, env: dict, stdout: Path, stderr: Pat
                           int(settings.disk_gb * GIB) if settings.disk_gb else None, cgroup) if sandboxed else None
     return AgentProcess(popen=popen, sandboxed=sandboxed, started=time.time(), watch=watch, relay=relay,
                         state_dir=state, cgroup=cgroup)
+
+
+# What `sandbox.preflight: auto` runs for a cell that reserves real GPUs: every granted GPU takes a tensor.
+GPU_CHECK = ("import os, torch; n = len([d for d in os.environ.get('CUDA_VISIBLE_DEVICES', '').split(',') if d]); "
+             "assert torch.cuda.is_available(), 'CUDA is not available'; "
+             "assert torch.cuda.device_count() == n, f'{torch.cuda.device_count()} GPUs usable of {n} granted'; "
+             "[torch.ones(1, device=f'cuda:{i}').sum().item() for i in range(n)]")
+
+
+class PreflightFailed(RuntimeError):
+    """The sandbox cannot give the agent what its reservation grants: an infrastructure error (retried)."""
+
+
+def preflight_command(setting, gpus: float, emulated: bool) -> list[str] | None:
+    """sandbox.preflight: `auto` checks CUDA where real GPUs are reserved, null checks nothing, any other string is
+    a shell command of yours (the same for every cell)."""
+    if setting is None or setting is False:
+        return None
+    if setting == "auto":
+        return [sys.executable, "-c", GPU_CHECK] if gpus and not emulated else None
+    return ["/bin/sh", "-c", str(setting)]
+
+
+def preflight(command: list[str], env: dict, *, hidden: list[Path], readonly: list[Path], settings: Settings,
+              cell_id: str, timeout_s: float = 300) -> None:
+    """Run `command` in a sandbox made as the agent's will be (a scratch workspace), before the cell's budget
+    starts: a node whose GPUs do not work inside it fails here, as an infra error, not hours into a cell."""
+    scratch = Path(tempfile.mkdtemp(prefix="a2rl-preflight-"))
+    try:
+        out, err = scratch.with_suffix(".out"), scratch.with_suffix(".err")
+        proc = start(command, scratch, env, out, err, sandboxed=True, hidden=hidden, readonly=readonly,
+                     settings=settings, cell_id=cell_id)
+        try:
+            code = proc.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        proc.kill_group(1)
+        proc.close()
+        if code != 0:
+            tail = (out.read_text(errors="replace") + err.read_text(errors="replace")).strip()[-800:]
+            raise PreflightFailed(f"preflight {'timed out' if code is None else f'exited with {code}'} inside the "
+                                  f"sandbox ({' '.join(command)[:120]}): {tail}")
+    finally:
+        for path in (scratch, scratch.with_suffix(".out"), scratch.with_suffix(".err")):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)

@@ -228,3 +228,14 @@ def test_reservation_check_places_services_first_and_only_warns_on_a_growing_clu
     assert check_fits([("c", {"CPU": 2})], grader, nodes) == []  # the small node takes it
     warnings = check_fits([("c", {"CPU": 1, "GPU": 2})], grader, nodes, can_grow=True)
     assert len(warnings) == 1 and "cell c" in warnings[0]
+
+
+def test_a_failed_preflight_is_an_infra_error_retried_before_the_agent_starts(run_sweep, tmp_path):
+    """A node whose GPUs do not work inside the sandbox: found before the budget starts, retried, then infra_error.
+    (`auto` checks CUDA for cells with real GPUs; here the check is a command that fails, as a broken GPU would.)"""
+    _, text, out = run_sweep(["sweep=smoke", "sweep.agents=[noop]", "cluster.max_retries=1",
+                              "sandbox.preflight='echo no usable GPU >&2; exit 3'"])
+    row = next(iter(ledger_of(out).cells().values()))
+    assert row["status"] == "infra_error" and row["attempts"] == 2, row
+    assert "PreflightFailed" in row["error"] and "no usable GPU" in row["error"], row["error"]
+    assert not list((out / "cells" / row["cell_id"]).glob("attempt-*/agent.stdout"))  # the agent never started
