@@ -29,11 +29,15 @@ def check_group_overrides(argv: list[str]) -> None:
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def sweep_main(cfg: DictConfig) -> None:
     from orchestrator.runner import run_sweep
+    from orchestrator.sandbox import SandboxUnavailable
 
     try:
         run_sweep(cfg)
     except ConfigError as e:
         print(f"a2rl: config error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except SandboxUnavailable as e:  # missing or too old bubblewrap: what to install, one line
+        print(f"a2rl: {e}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -101,9 +101,22 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
+MIN_BWRAP = (0, 8)  # --disable-userns, and --perms for --tmpfs
+
+
+def bwrap_version() -> tuple[int, ...]:
+    out = subprocess.run([bwrap_path(), "--version"], capture_output=True, text=True).stdout  # "bubblewrap 0.8.0"
+    return tuple(int(x) for x in out.split()[-1].split(".") if x.isdigit()) if out.strip() else (0,)
+
+
 def check_available(required: bool) -> bool:
-    """True when agents will be sandboxed; raises when bubblewrap is required but missing."""
+    """True when agents will be sandboxed; raises when bubblewrap is required but missing or too old."""
     if bwrap_path():
+        if bwrap_version() < MIN_BWRAP:
+            raise SandboxUnavailable(
+                f"bubblewrap {'.'.join(map(str, bwrap_version()))} at {bwrap_path()} is too old: a2rl needs "
+                f"{'.'.join(map(str, MIN_BWRAP))} or newer (Debian 12, Ubuntu 24.04; or build it from source). "
+                f"Put a newer bwrap first on PATH, or set sandbox.required=false to run agents unsandboxed.")
         return True
     if required:
         raise SandboxUnavailable(BWRAP_MISSING)
