@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 # Ray token auth, so that agents (which share the machine's network) cannot connect to the cluster. Ray reads this
 # when it is imported, so it is set before anything imports ray. To join a cluster=ray without auth, set
@@ -66,6 +67,11 @@ def main() -> None:
         del sys.argv[1]
     try:
         check_group_overrides(sys.argv[1:])
+        for arg in sys.argv[1:]:  # Hydra makes output_dir (its run dir) before a2rl runs: check it first
+            if arg.startswith("output_dir=") and not report:
+                from orchestrator.runner import check_writable
+
+                check_writable({"output_dir": Path(arg.split("=", 1)[1]).expanduser()})
     except ConfigError as e:
         print(f"a2rl: config error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -200,6 +200,21 @@ def check_tasks(cells: list[CellSpec]) -> None:
             raise ConfigError(str(e)) from None
 
 
+def check_writable(folders: dict[str, Path]) -> None:
+    """Each folder a sweep writes exists (or can be made) and takes a file: one line naming the key otherwise."""
+    import tempfile
+
+    for key, folder in folders.items():
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{key}={folder} is a file, not a folder; point {key} at a folder")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as e:
+            raise ConfigError(f"{key}={folder} cannot be written ({e.strerror or e}); point {key} at a folder "
+                              f"you can write") from None
+
+
 def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
     check_cluster(cfg)
     cells = expand(cfg)
@@ -212,6 +227,8 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
         print_plan(plan, emulated, out)
         return plan
 
+    check_writable({"output_dir": layout.output_dir, "cache_dir": layout.cache_dir,
+                    "cluster.workspace_root": layout.workspace_root})
     sandbox.Settings.from_cfg(to_plain(cfg.sandbox))  # a bad sandbox setting is one line, before anything starts
     sandboxed = sandbox.check_available(bool(cfg.sandbox.required))
     if not sandboxed:

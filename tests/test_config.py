@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,17 @@ def test_paper_grid_crosses_each_cli_with_the_drivers_it_speaks():
     assert {d for a, d in pairs if a == "opencode"} == {"claude-sonnet", "gpt", "gemini"}
     assert {d for a, d in pairs if a in ("sft", "copy_base", "noop")} == {"none"}
     assert len(cells) == (6 + 3) * 2 * 3  # (CLI x driver pairs + reference agents) x tasks x seeds
+
+
+def test_folders_that_cannot_be_written_are_one_line_naming_the_key(tmp_path):
+    from orchestrator.runner import check_writable
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for key, folder, why in (("output_dir", Path("/proc/a2rl-x"), "cannot be written"),
+                             ("output_dir", a_file, "is a file"),
+                             ("cache_dir", a_file / "sub", "cannot be written")):
+        with pytest.raises(ConfigError, match=f"^{key}=.* {why}.*point {key} at a folder"):
+            check_writable({key: folder})
+    check_writable({"output_dir": tmp_path / "new" / "out"})  # made when missing
+    assert (tmp_path / "new" / "out").is_dir()
