@@ -21,8 +21,7 @@ never loaded here: the router only knows the task's train games, and names are l
 Why not one actor per session: an actor is a process (~1-2 s to start plus ~2 s to import the engine, ~150 MB);
 a pool of hosts starts once and creates a session in one engine reset (~0.5-0.8 s).
 
-Settings (task config ``rollout:``): num_hosts (2), num_replicas (1), max_sessions_per_run (16), idle_timeout_s (300),
-max_steps (the task's), host_cpus (0), router_cpus (0).
+Settings: the task's ``rollout:`` block (contracts.task_spec.RolloutSettings; defaults in conf/task_defaults.yaml).
 """
 # (no `from __future__ import annotations`: FastAPI must see the real Request type through Serve's ingress)
 
@@ -37,39 +36,32 @@ from pathlib import Path
 
 import ray
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from ray import serve
 
-from evaluators.submissions import SubmissionError, error_response, run_token
+from contracts.refusals import Refusal
+from contracts.runs import run_token
+from contracts.task_spec import TaskSpec
 
 log = logging.getLogger("a2rl.rollouts")
 api = FastAPI(title="a2rl rollout API")
 
-DEFAULTS = {"num_hosts": 2, "num_replicas": 1, "max_sessions_per_run": 16, "idle_timeout_s": 300.0,
-            "host_cpus": 0, "router_cpus": 0}
-
-
-class EnvError(SubmissionError):
-    """A refused environment request; answered like the grader's refusals ({"error", "code"} with a status)."""
+def refused(e: Refusal) -> JSONResponse:
+    return JSONResponse(status_code=e.status, content=e.body())
 
 
 def _answers_errors(method):
-    """Host methods return {"__error__": [status, code, message]} for a refusal (a Ray error would hide it)."""
+    """Host methods return a Refusal instead of raising it (a Ray error would hide it behind its own)."""
     import functools
 
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
         try:
             return method(*args, **kwargs)
-        except EnvError as e:
-            return {"__error__": [e.status, e.code, e.message]}
+        except Refusal as e:
+            return e
 
     return wrapper
-
-
-def settings(task_cfg: dict) -> dict:
-    out = {**DEFAULTS, **(task_cfg.get("rollout") or {})}
-    out.setdefault("max_steps", int(task_cfg.get("max_steps", 50)))
-    return out
 
 
 # ------------------------------------------------------------------------------------------------------ hosts
@@ -121,7 +113,7 @@ class EnvHost:
             s.game.close()
             by_owner.setdefault(s.owner, []).append(sid)
         if by_owner:
-            from evaluators.runs import registry
+            from contracts.runs import registry
 
             reg = registry()
             ray.get([reg.release_sessions.remote(owner, sids) for owner, sids in by_owner.items()])
@@ -131,7 +123,7 @@ class EnvHost:
     def _get(self, session_id: str, owner: str) -> _Session:
         s = self.sessions.get(session_id)
         if s is None or s.owner != owner:  # another run's session looks exactly like a missing one
-            raise EnvError(404, "unknown_session", f"no open session {session_id!r} for your run (closed, expired "
+            raise Refusal("unknown_session", f"no open session {session_id!r} for your run (closed, expired "
                                                    "or never opened); start one with POST /env/reset")
         s.last_used = time.monotonic()
         return s
@@ -241,10 +233,10 @@ async def json_body(request: Request) -> dict:
     try:
         body = await request.json()
     except Exception:
-        raise EnvError(400, "bad_request", "the body must be a JSON object, e.g. {\"session_id\": ..., "
+        raise Refusal("bad_request", "the body must be a JSON object, e.g. {\"session_id\": ..., "
                                            "\"command\": \"go to cabinet 1\"}")
     if not isinstance(body, dict):
-        raise EnvError(400, "bad_request", "the body must be a JSON object")
+        raise Refusal("bad_request", "the body must be a JSON object")
     return body
 
 
@@ -252,10 +244,10 @@ def _field(body: dict, key: str, kind, required: bool = True):
     value = body.get(key)
     if value is None:
         if required:
-            raise EnvError(422, "invalid_field", f"{key!r} is required")
+            raise Refusal("invalid_field", f"{key!r} is required")
         return None
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise EnvError(422, "invalid_field", f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
+        raise Refusal("invalid_field", f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
     return value
 
 
@@ -271,12 +263,13 @@ def _task_type(game: Path) -> str:
 @serve.deployment(max_ongoing_requests=512, health_check_period_s=10)
 @serve.ingress(api)
 class RolloutService:
-    def __init__(self, task_cfg: dict, cache_dir: str, host_names: list[str]):
-        from evaluators.runs import NAMESPACE, registry
-        from evaluators.tasks.base import load_task
+    def __init__(self, task_cls: type, spec: TaskSpec, cache_dir: str, host_names: list[str]):
+        from contracts.runs import NAMESPACE, registry
+        from contracts.task import build_task
 
-        self.cfg = settings(task_cfg)
-        task = load_task({**task_cfg, "cache_dir": cache_dir})
+        task = build_task(spec, cache_dir, task_cls)
+        self.cfg = spec.rollout
+        self.max_steps = spec.rollout.max_steps or task.max_steps
         games = task.train_games()
         self.games = []
         for i, path in enumerate(games):  # a loop, not a comprehension: Serve pickles this class by value
@@ -284,7 +277,7 @@ class RolloutService:
         self.by_name = {g["name"]: g["index"] for g in self.games}
         self.hosts = [ray.get_actor(name, namespace=NAMESPACE) for name in host_names]
         self.registry = registry()
-        self.task_name = task_cfg["name"]
+        self.task_name = spec.name
         self.replica = serve.get_replica_context().replica_id.unique_id
         self._rng = random.Random(secrets.randbits(64))
         self._next_host = self._rng.randrange(len(self.hosts))
@@ -317,10 +310,10 @@ class RolloutService:
     async def list_games(self, request: Request):
         try:
             await self._run(request)
-        except SubmissionError as e:
-            return error_response(e)
-        return {"games": self.games, "max_steps": self.cfg["max_steps"],
-                "max_sessions": self.cfg["max_sessions_per_run"], "idle_timeout_s": self.cfg["idle_timeout_s"]}
+        except Refusal as e:
+            return refused(e)
+        return {"games": self.games, "max_steps": self.max_steps,
+                "max_sessions": self.cfg.max_sessions_per_run, "idle_timeout_s": self.cfg.idle_timeout_s}
 
     @api.get("/sessions")
     async def sessions(self, request: Request):
@@ -329,9 +322,9 @@ class RolloutService:
             owned = []
             for part in [await host.owned.remote(token) for host in self.hosts]:
                 owned += part
-        except SubmissionError as e:
-            return error_response(e)
-        return {"sessions": owned, "max_sessions": self.cfg["max_sessions_per_run"]}
+        except Refusal as e:
+            return refused(e)
+        return {"sessions": owned, "max_sessions": self.cfg.max_sessions_per_run}
 
     @api.post("/reset")
     async def reset(self, request: Request):
@@ -345,11 +338,9 @@ class RolloutService:
                 host = self._host(session_id)
                 return await self._call(host.reset.remote(session_id, token, game, actions))
             session_id = self._new_session_id()
-            refused = await self.registry.claim_session.remote(token, session_id, self.cfg["max_sessions_per_run"])
-            if refused:
-                status = 429 if "limit" in refused else (409 if "budget" in refused else 401)
-                code = {429: "too_many_sessions", 409: "budget_exhausted", 401: "invalid_token"}[status]
-                raise EnvError(status, code, refused)
+            refusal = await self.registry.claim_session.remote(token, session_id, self.cfg.max_sessions_per_run)
+            if refusal is not None:
+                raise refusal
             if game is None:
                 game = self._rng.randrange(len(self.games))
             try:
@@ -357,8 +348,8 @@ class RolloutService:
             except BaseException:
                 await self.registry.release_sessions.remote(token, [session_id])
                 raise
-        except SubmissionError as e:
-            return error_response(e)
+        except Refusal as e:
+            return refused(e)
 
     @api.post("/step")
     async def step(self, request: Request):
@@ -368,10 +359,10 @@ class RolloutService:
             session_id = _field(body, "session_id", str)
             command = _field(body, "command", str)
             if len(command) > 500:
-                raise EnvError(422, "invalid_field", "'command' is longer than 500 characters")
+                raise Refusal("invalid_field", "'command' is longer than 500 characters")
             return await self._call(self._host(session_id).step.remote(session_id, token, command))
-        except SubmissionError as e:
-            return error_response(e)
+        except Refusal as e:
+            return refused(e)
 
     @api.post("/close")
     async def close(self, request: Request):
@@ -381,8 +372,8 @@ class RolloutService:
             session_id = _field(body, "session_id", str)
             await self._call(self._host(session_id).close.remote(session_id, token))
             remaining = await self.registry.release_sessions.remote(token, [session_id])
-        except SubmissionError as e:
-            return error_response(e)
+        except Refusal as e:
+            return refused(e)
         return {"closed": session_id, "open_sessions": remaining}
 
     # -- internals ------------------------------------------------------------------------------------------------
@@ -390,7 +381,7 @@ class RolloutService:
         token = run_token(request)
         run = await self.registry.get.remote(token)
         if run is None:
-            raise EnvError(401, "invalid_token", "unknown or expired run token")
+            raise Refusal("invalid_token", "unknown or expired run token")
         return token
 
     def _new_session_id(self) -> str:
@@ -400,7 +391,7 @@ class RolloutService:
     def _host(self, session_id: str):
         prefix, _, rest = session_id.partition(".")
         if not prefix.isdigit() or not rest or int(prefix) >= len(self.hosts):
-            raise EnvError(404, "unknown_session", f"no open session {session_id!r} for your run")
+            raise Refusal("unknown_session", f"no open session {session_id!r} for your run")
         return self.hosts[int(prefix)]
 
     def _game_index(self, game) -> int | None:
@@ -409,26 +400,26 @@ class RolloutService:
         if isinstance(game, int) and not isinstance(game, bool):
             if 0 <= game < len(self.games):
                 return game
-            raise EnvError(422, "unknown_game", f"game index {game} is out of range: there are {len(self.games)} "
+            raise Refusal("unknown_game", f"game index {game} is out of range: there are {len(self.games)} "
                                                 "train games (GET /env/games)")
         if isinstance(game, str) and game in self.by_name:
             return self.by_name[game]
-        raise EnvError(422, "unknown_game", f"no train game {game!r}; send an index or a name from GET /env/games")
+        raise Refusal("unknown_game", f"no train game {game!r}; send an index or a name from GET /env/games")
 
     def _actions(self, actions) -> list[str]:
         if actions is None:
             return []
         if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
-            raise EnvError(422, "invalid_field", "'actions' must be a list of command strings")
-        if len(actions) > self.cfg["max_steps"]:
-            raise EnvError(422, "invalid_field", f"'actions' has {len(actions)} commands; an episode has at most "
-                                                 f"{self.cfg['max_steps']} steps")
+            raise Refusal("invalid_field", "'actions' must be a list of command strings")
+        if len(actions) > self.max_steps:
+            raise Refusal("invalid_field", f"'actions' has {len(actions)} commands; an episode has at most "
+                                                 f"{self.max_steps} steps")
         return actions
 
     async def _call(self, ref):
         out = await ref
-        if isinstance(out, dict) and "__error__" in out:
-            raise EnvError(*out["__error__"])
+        if isinstance(out, Refusal):
+            raise out
         return out
 
 
@@ -443,48 +434,43 @@ def route_prefix(task_name: str) -> str:
 
 
 _owned: dict[str, list] = {}      # host actor name -> handle: the deployer owns the hosts (they live as long as it)
-_deployed: dict[str, str] = {}    # app name -> the config it was deployed with, by this process
 
 
-def deploy(task_cfg: dict, cache_dir: str) -> str:
-    """Start the task's rollout application (and its host actors), unless this process already runs it with the same
-    config; returns its route prefix. Builds the train games first if no one has."""
-    from evaluators.runs import NAMESPACE
-    from evaluators.tasks.base import load_task
+def deploy(spec: TaskSpec, cache_dir: str) -> str:
+    """Start the task's rollout application and its host actors (unless this process runs it with the same settings
+    already); returns its route prefix. Builds the train games first if no one has."""
+    from contracts.runs import NAMESPACE
+    from contracts.serving import deploy_once
+    from contracts.task import build_task, task_class
 
-    cfg = settings(task_cfg)
-    name = app_name(task_cfg["name"])
-    fingerprint = json.dumps([task_cfg, cache_dir], sort_keys=True, default=str)
-    app = serve.status().applications.get(name)
-    if _deployed.get(name) == fingerprint and app is not None and app.status == "RUNNING":
-        return route_prefix(task_cfg["name"])
-    task = load_task({**task_cfg, "cache_dir": cache_dir})
-    games = [str(p) for p in task.train_games()]
-    key = hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
-    env_vars = {"A2RL_CACHE_DIR": str(cache_dir)}
-    host_names = []
-    for i in range(int(cfg["num_hosts"])):
-        host_name = f"a2rl-env-{task_cfg['name']}-{key}-{i}"
-        handle = EnvHost.options(name=host_name, namespace=NAMESPACE, get_if_exists=True,
-                                 num_cpus=cfg["host_cpus"], runtime_env={"env_vars": env_vars}).remote(
-            games, cfg["max_steps"], cfg["idle_timeout_s"])
-        _owned.setdefault(host_name, []).append(handle)
-        host_names.append(host_name)
-    ray.get([h[0].__ray_ready__.remote() for h in (_owned[n] for n in host_names)])
-    deployment = RolloutService.options(name=name, num_replicas=int(cfg["num_replicas"]),
-                                        ray_actor_options={"num_cpus": cfg["router_cpus"],
-                                                           "runtime_env": {"env_vars": env_vars}})
-    serve.run(deployment.bind(task_cfg, str(cache_dir), host_names), name=name,
-              route_prefix=route_prefix(task_cfg["name"]))
-    _deployed[name] = fingerprint
-    return route_prefix(task_cfg["name"])
+    settings = [spec.config, cache_dir]
+
+    def build():
+        task_cls = task_class(spec.cls)
+        task = build_task(spec, cache_dir, task_cls)
+        games = [str(p) for p in task.train_games()]
+        max_steps = spec.rollout.max_steps or task.max_steps
+        key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        env_vars = {"A2RL_CACHE_DIR": str(cache_dir)}
+        host_names = []
+        for i in range(spec.rollout.num_hosts):
+            host_name = f"a2rl-env-{spec.name}-{key}-{i}"
+            handle = EnvHost.options(name=host_name, namespace=NAMESPACE, get_if_exists=True,
+                                     num_cpus=spec.rollout.host_cpus, runtime_env={"env_vars": env_vars}).remote(
+                games, max_steps, spec.rollout.idle_timeout_s)
+            _owned.setdefault(host_name, []).append(handle)
+            host_names.append(host_name)
+        ray.get([h[0].__ray_ready__.remote() for h in (_owned[n] for n in host_names)])
+        deployment = RolloutService.options(name=app_name(spec.name), num_replicas=spec.rollout.num_replicas,
+                                            ray_actor_options={"num_cpus": spec.rollout.router_cpus,
+                                                               "runtime_env": {"env_vars": env_vars}})
+        return deployment.bind(task_cls, spec, str(cache_dir), host_names)
+
+    deploy_once(app_name(spec.name), route_prefix(spec.name), settings, build)
+    return route_prefix(spec.name)
 
 
 def close_run(task_name: str, token: str) -> dict:
     """Close a run's sessions through the deployment handle (the orchestrator, when a cell ends); returns the run's
     use of the environment."""
     return serve.get_app_handle(app_name(task_name)).close_run.remote(token).result()
-
-
-def forget(name: str) -> None:
-    _deployed.pop(name, None)

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import time
 
+from contracts.task import Task
 from evaluators.backends.base import EvaluatorBackend
-from evaluators.tasks.base import Task
-
-DEFAULT_MAX_NEW_TOKENS = 256
 
 
 def evaluate(task: Task, backend: EvaluatorBackend, model_dir, rows: list[dict] | None = None,
@@ -30,5 +28,5 @@ def evaluate_loaded(task: Task, backend: EvaluatorBackend, loaded, rows: list[di
                     max_new_tokens: int | None = None) -> dict:
     """Score an already loaded model: {score, n, items}. The grading service loads once to fingerprint too."""
     rows = task.eval_rows() if rows is None else rows
-    max_new_tokens = max_new_tokens or task.grader.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS
+    max_new_tokens = max_new_tokens or task.grader.max_new_tokens
     return task.evaluate(backend, loaded, rows, max_new_tokens)

@@ -11,7 +11,7 @@ from ray import tune
 
 from orchestrator.ledger import INFRA_ERROR, Ledger
 from orchestrator.records import status_event
-from orchestrator.specs import CellSpec
+from contracts.specs import CellSpec
 
 
 def cell_of(trial) -> CellSpec:

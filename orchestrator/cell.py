@@ -17,11 +17,11 @@ from ray import serve, tune
 
 from agents.cli.session import AgentSession, CliUnavailable
 from orchestrator import sandbox
-from orchestrator.layout import Layout
+from contracts.layout import Layout
 from orchestrator.ledger import AGENT_ERROR, BUDGET_EXHAUSTED, COMPLETED, INFRA_ERROR
-from orchestrator.records import (ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, TRACE, JsonlTail, driver_event,
-                                  outcome_event, status_event, submission_event, trace_event, write_json_durably)
-from orchestrator.specs import CellSpec
+from contracts.records import ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, TRACE, JsonlTail, write_json_durably
+from orchestrator.records import driver_event, outcome_event, status_event, submission_event, trace_event
+from contracts.specs import CellSpec
 from orchestrator.workspace import agent_env, materialise, task_material
 
 POLL_S = 0.2

@@ -12,7 +12,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator.specs import CellSpec
+from contracts.specs import CellSpec
 
 PENDING, RUNNING = "pending", "running"
 COMPLETED, BUDGET_EXHAUSTED = "completed", "budget_exhausted"

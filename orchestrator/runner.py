@@ -11,10 +11,10 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from orchestrator import sandbox
-from orchestrator.layout import Layout
+from contracts.layout import Layout
 from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
 from orchestrator.records import reconcile
-from orchestrator.specs import CellSpec, ConfigError, to_plain
+from contracts.specs import CellSpec, ConfigError, to_plain
 from orchestrator.sweep import check_cluster, expand
 from orchestrator.workspace import task_material
 
@@ -128,19 +128,21 @@ def start_graders(cfg: DictConfig, tasks: list[dict], emulated: bool) -> str:
 
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
 
-    from evaluators.runs import get_or_create_registry
+    from contracts.runs import get_or_create_registry
+    from contracts.task_spec import TaskSpec
     from evaluators.service import deploy
 
     get_or_create_registry()
     port = cfg.grading.port or free_port(cfg.grading.host)
     serve.start(http_options={"host": cfg.grading.host, "port": port}, logging_config={"log_level": "WARNING"})
     for task in tasks:
-        deploy(task, str(Path(cfg.cache_dir).expanduser()), emulated_gpus=emulated)
+        spec = TaskSpec.from_config(task)
+        deploy(spec, str(Path(cfg.cache_dir).expanduser()), emulated_gpus=emulated)
         task_material(task, Path(cfg.cache_dir).expanduser())  # once here, not in every cell
         if int(task.get("level", 1)) == 3:  # interactive: the rollout service on the train games, at /<task>/env
             from envs.rollout_service import deploy as deploy_rollouts
 
-            deploy_rollouts(task, str(Path(cfg.cache_dir).expanduser()))
+            deploy_rollouts(spec, str(Path(cfg.cache_dir).expanduser()))
     return f"http://{cfg.grading.host}:{port}"
 
 
@@ -172,12 +174,12 @@ def start_driver_proxy(cfg: DictConfig, keys: dict[str, str], grading_url: str) 
 def check_tasks(cells: list[CellSpec]) -> None:
     """Build each task once (constructors only read and check their config), so that a bad task setting is one clear
     line now, not a failed grader deployment after Ray has started."""
-    from evaluators.tasks.base import load_task
+    from contracts.task import load_task
 
     for task in {c.task_name: c.task for c in cells}.values():
         try:
             load_task(task)
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError) as e:  # a ConfigError already, or a constructor's check of its knobs
             raise ConfigError(str(e)) from None
 
 
@@ -265,18 +267,17 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
         if started_ray and cfg.cluster.mode == "local":
             ray.shutdown()  # takes Serve and every grader with it
         elif not cfg.grading.keep_running:  # a shared cluster: remove only our applications
+            from contracts.serving import remove
+
             if keys is not None:
                 from agents.proxy import deployment
 
-                serve.delete(deployment.APP_NAME)
-                deployment.forget()
-            from evaluators.service import app_name, forget
+                remove(deployment.APP_NAME)
+            from evaluators.service import app_name
 
             for task in tasks:
-                serve.delete(app_name(task["name"]))
-                forget(app_name(task["name"]))
+                remove(app_name(task["name"]))
                 if int(task.get("level", 1)) == 3:
                     from envs import rollout_service
 
-                    serve.delete(rollout_service.app_name(task["name"]))
-                    rollout_service.forget(rollout_service.app_name(task["name"]))
+                    remove(rollout_service.app_name(task["name"]))

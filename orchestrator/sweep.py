@@ -12,7 +12,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from orchestrator.specs import AgentSpec, Budget, CellSpec, ConfigError, DriverSpec, to_plain
+from contracts.specs import AgentSpec, Budget, CellSpec, ConfigError, DriverSpec, to_plain
+from contracts.task_spec import TaskSpec
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("agent", "driver", "task", "sweep", "cluster", "logger", "budget")
@@ -150,10 +151,9 @@ def compatible_drivers(agent: AgentSpec, drivers: list[DriverSpec]) -> list[Driv
     return paired
 
 
-def check_task(data: dict, where: str) -> dict:
-    for key in ("name", "cls", "base_model"):
-        if not data.get(key):
-            raise ConfigError(f"{where}.{key} is missing")
+def check_task(data: dict) -> dict:
+    """The task's config as written (a cell's identity), once its spec reads without a config error."""
+    TaskSpec.from_config(data)
     return data
 
 
@@ -168,7 +168,7 @@ def expand(cfg: DictConfig) -> list[CellSpec]:
         where = "agent" if data is not None else f"sweep.agents ({name})"
         agents.append(agent_spec(data or load_named("agent", name, "sweep.agents"), where))
     drivers = [driver_spec(d or load_named("driver", n, "sweep.drivers")) for n, d in _names(cfg, "driver", "drivers")]
-    tasks = [check_task(d or load_named("task", n, "sweep.tasks"), f"task {n}") for n, d in _names(cfg, "task", "tasks")]
+    tasks = [check_task(d or load_named("task", n, "sweep.tasks")) for n, d in _names(cfg, "task", "tasks")]
     none_driver = DriverSpec(name="none")
 
     cells = []

@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from orchestrator.specs import CellSpec
+from contracts.specs import CellSpec
 
 API_TEXT = """
 ## How you are graded
@@ -61,15 +61,15 @@ def task_material(task_cfg: dict, cache_dir: Path) -> Path:
     can take seconds and import heavy packages)."""
     import hashlib
 
-    from orchestrator.specs import task_identity
+    from contracts.specs import task_identity
 
     key = hashlib.sha256(json.dumps(task_identity(task_cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
     folder = cache_dir / "tasks" / f"{task_cfg['name']}-{key}"
     if (folder / "train.jsonl").exists():
         return folder
-    from evaluators.tasks.base import load_task
+    from contracts.task import load_task
 
-    task = load_task(task_cfg)
+    task = load_task(task_cfg, cache_dir)
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "instructions.md").write_text(task.instructions())

@@ -20,7 +20,8 @@ from evaluators.backends.base import EvaluatorBackend  # noqa: E402
 from evaluators.backends.transformers_backend import TransformersBackend  # noqa: E402
 from evaluators.base_models import resolve_base_model  # noqa: E402
 from evaluators.evaluate import evaluate_loaded  # noqa: E402
-from evaluators.tasks.base import load_task  # noqa: E402
+from contracts.task import load_task  # noqa: E402
+from contracts.task_spec import TaskSpec  # noqa: E402
 from tests.test_rollout_service import SMALL_TASK, Client, service  # noqa: E402,F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def task(cache_dir):
-    return load_task({**SMALL_TASK, "cache_dir": str(cache_dir)})
+    return load_task(SMALL_TASK, cache_dir)
 
 
 @pytest.fixture(scope="module")
@@ -83,12 +84,12 @@ def test_splits_are_salted_hidden_and_disjoint(task, cache_dir):
     manifest = json.loads((evals[0].parent.parent / "manifest.json").read_text())
     assert manifest["salted"] is True
     assert not split_fingerprints(train[0].parent.parent) & split_fingerprints(evals[0].parent.parent)
-    again = load_task({**SMALL_TASK, "cache_dir": str(cache_dir)})
+    again = load_task(SMALL_TASK, cache_dir)
     assert again.eval_games() == evals  # built once, found again
 
 
 def test_expert_rows_built_in_processes_are_the_same(task, tmp_path):
-    parallel = load_task({**SMALL_TASK, "cache_dir": str(tmp_path), "build_workers": 2})
+    parallel = load_task({**SMALL_TASK, "build_workers": 2}, tmp_path)
     assert parallel.train_rows() == task.train_rows()
 
 
@@ -132,7 +133,7 @@ def test_the_base_model_through_the_grading_service(ray_cluster, cache_dir, grad
 
     from evaluators.service import app_name, deploy
 
-    deploy(SMALL_TASK, str(cache_dir), emulated_gpus=True)
+    deploy(TaskSpec.from_config(SMALL_TASK), str(cache_dir), emulated_gpus=True)
     handle = serve.get_app_handle(app_name(SMALL_TASK["name"]))
     workspace = tmp_path / "ws"
     (workspace / "output").mkdir(parents=True)

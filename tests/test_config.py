@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from orchestrator.specs import ConfigError
+from contracts.specs import ConfigError
 import orchestrator.sweep as sweep_module
 from orchestrator.sweep import check_cluster, expand, load_named
 from tests.conftest import ROOT, compose

@@ -13,9 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.records import read_jsonl
+from contracts.records import read_jsonl
 from tests.conftest import compose
-from orchestrator.specs import to_plain
+from contracts.specs import to_plain
+from contracts.task_spec import TaskSpec
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def grader(ray_cluster, cache_dir, grading_port):
     from evaluators.service import app_name, deploy
 
     task = to_plain(compose(["task=arithmetic"]).task)
-    deploy(task, str(cache_dir), emulated_gpus=True)  # the same grader the sweeps in other tests use
+    deploy(TaskSpec.from_config(task), str(cache_dir), emulated_gpus=True)  # the same grader the sweeps in other tests use
     handle = serve.get_app_handle(app_name("arithmetic"))
     base = resolve_base_model(task["base_model"], cache_dir / "models")
     return {"url": f"http://127.0.0.1:{grading_port}/arithmetic", "handle": handle, "base": base, "task": task}

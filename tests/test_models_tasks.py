@@ -19,7 +19,7 @@ from evaluators.backends.base import ModelLoadError
 from evaluators.backends.transformers_backend import TransformersBackend
 from evaluators.base_models import resolve_base_model
 from evaluators.evaluate import evaluate
-from evaluators.tasks import load_task
+from contracts.task import load_task
 from evaluators.tasks.reasoning_gym_task import final_number, numeric_score
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,8 +113,8 @@ def test_task_config_mistakes_are_explained():
         load_task(task_config("arithmetic", eval_seed=500))
     with pytest.raises(ValueError, match="does not take.*'colour'"):
         load_task(task_config("arithmetic", colour="red"))
-    with pytest.raises(ValueError, match="module.path:ClassName"):
-        load_task({"name": "x", "cls": "ReasoningGymTask"})
+    with pytest.raises(ValueError, match="unknown task 'ReasoningGymTask'; known: .*reasoning_gym"):
+        load_task({"name": "x", "cls": "ReasoningGymTask", "base_model": "tiny"})
 
 
 @pytest.mark.parametrize("completion, answer, expected", [

@@ -4,7 +4,7 @@ import subprocess
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from orchestrator.recording import EMPTY_TREE, diff_summary, history, snapshot_code
+from contracts.code_snapshots import EMPTY_TREE, diff_summary, history, snapshot_code
 
 
 def git(repo: Path, *args: str) -> str:

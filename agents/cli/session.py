@@ -141,7 +141,7 @@ class AgentSession:
         if self.parser is None:
             return 0
         if self._tail is None:
-            from orchestrator.records import JsonlTail
+            from contracts.records import JsonlTail
 
             self._tail = JsonlTail(stdout_path)
         events = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import task  # noqa: F401  (registers the task "alfworld")
 from .generator import TASK_TYPES, build_splits, generate_game, generate_split  # noqa: F401
 
 

@@ -10,7 +10,9 @@ import re
 from decimal import Decimal, InvalidOperation
 from functools import cached_property
 
-from evaluators.tasks.base import Task
+from contracts.registry import register
+from contracts.task import Task
+from contracts.task_spec import TaskSpec
 
 # A number: optional minus (not a hyphen between two numbers), thousands groups with commas, decimals.
 NUMBER = re.compile(r"(?<![\d.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
@@ -41,20 +43,21 @@ def numeric_score(completion: str, answer: str) -> float:
     return float(got is not None and got == expected)
 
 
+@register("task", "reasoning_gym")
 class ReasoningGymTask(Task):
-    def __init__(self, name: str, dataset: str, train_size: int, eval_size: int, train_seed: int = 0,
-                 eval_seed: int = 1_000_000, dataset_config: dict | None = None, level: int = 1,
-                 prompt_template: str = "{question}", completion: str = "answer_cot", description: str = ""):
+    def __init__(self, spec: TaskSpec, *, dataset: str, dataset_config: dict, train_size: int, eval_size: int,
+                 train_seed: int, eval_seed: int, completion: str, prompt_template: str = "{question}"):
         """completion: "answer_cot" trains on the generator's worked solution where it has one (it ends with the
-        answer), "answer" on the bare answer. prompt_template formats the generator's question into the prompt."""
-        super().__init__(name, level)
+        answer), "answer" on the bare answer. prompt_template formats the generator's question into the prompt
+        (the question alone unless a task's YAML says otherwise)."""
+        super().__init__(spec)
+        name = spec.name
         self.dataset = dataset
         self.dataset_config = dict(dataset_config or {})
         self.train_size, self.eval_size = int(train_size), int(eval_size)
         self.train_seed, self.eval_seed = int(train_seed), int(eval_seed)
         self.prompt_template = prompt_template
         self.completion = completion
-        self.description = description
         if completion not in ("answer", "answer_cot"):
             raise ValueError(f"task {name}: completion={completion!r} must be 'answer' or 'answer_cot'")
         train_range = range(self.train_seed, self.train_seed + self.train_size)
@@ -110,8 +113,7 @@ class ReasoningGymTask(Task):
 
     def instructions(self) -> str:
         example = self._train[0]
-        max_new = self.grader.get("max_new_tokens")
-        budget = f"at most {max_new} new tokens" if max_new else "a limited number of new tokens"
+        budget = f"at most {self.grader.max_new_tokens} new tokens"
         return f"""{self.description.strip() or f"Questions from the reasoning-gym generator `{self.dataset}`."}
 
 ## Data

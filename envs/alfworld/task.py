@@ -26,14 +26,11 @@ from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 
-from evaluators.tasks.base import Task
+from contracts.registry import register
+from contracts.task import Task
+from contracts.task_spec import TaskSpec
 
 SALT_FILE = "alfworld-eval-salt"
-
-
-def default_cache_dir() -> Path:
-    """The same default as conf/config.yaml's cache_dir (the orchestrator exports A2RL_CACHE_DIR to Ray)."""
-    return Path(os.environ.get("A2RL_CACHE_DIR") or Path.home() / ".cache" / "a2rl").expanduser().resolve()
 
 
 @contextmanager
@@ -59,13 +56,14 @@ def _expert_records(job: tuple) -> list[dict]:
     return trajectory_records(expert_steps(game, mode=expert, max_steps=max_steps), game_name=name)
 
 
+@register("task", "alfworld")
 class AlfWorldTask(Task):
-    def __init__(self, name: str, n_train: int = 24, n_eval: int = 12, seed: int = 0,
-                 task_types: list[str] | None = None, max_receptacles_per_type: int | None = None,
-                 max_receptacles: int | None = None, level: int = 3, max_steps: int = 50,
-                 expert: str = "search", expert_episodes: int = 1, expert_noise: float = 0.0, eval_salt: str | None = None, data_path: str | None = None,
-                 build_workers: int = 1, eval_workers: int = 0, description: str = "",
-                 rollout: dict | None = None, cache_dir: str | None = None):
+    interactive = True
+
+    def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, seed: int, task_types: list[str] | None,
+                 max_receptacles_per_type: int | None, max_receptacles: int | None, max_steps: int, expert: str,
+                 expert_episodes: int, expert_noise: float, eval_salt: str | None, data_path: str | None,
+                 build_workers: int, eval_workers: int):
         """n_train / n_eval: generated games per split (with data_path: caps, 0 = all); task_types: the six upstream
         types or aliases (pick, look, clean, heat, cool, pick_two), cycled; max_receptacles_per_type /
         max_receptacles: smaller rooms (at most this many receptacles of a type / in all; None: the upstream
@@ -73,11 +71,9 @@ class AlfWorldTask(Task):
         imitate) or "planner"; expert_episodes / expert_noise (ordered only): episodes per train game, all but the
         first with perturbations injected at this rate (recovery data, see envs.alfworld.ordered_expert);
         build_workers: processes building the games and their expert rows; eval_workers: processes stepping eval
-        games during grading (0: in the grader's process); rollout: the rollout service's settings (see
-        envs.rollout_service); cache_dir: where games live (default: $A2RL_CACHE_DIR or ~/.cache/a2rl)."""
-        super().__init__(name, level)
-        if int(level) != 3:
-            raise ValueError(f"task {name}: ALFWorld is an interactive (level 3) task, got level={level}")
+        games during grading (0: in the grader's process). Games live under the task's cache_dir."""
+        super().__init__(spec)
+        name = spec.name
         if expert not in ("search", "ordered", "planner"):
             raise ValueError(f"task {name}: expert={expert!r} must be 'search', 'ordered' or 'planner'")
         self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
@@ -95,9 +91,6 @@ class AlfWorldTask(Task):
         self.data_path = data_path
         self.build_workers = int(build_workers)
         self.eval_workers = int(eval_workers)
-        self.description = description
-        self.rollout = dict(rollout or {})
-        self.cache_dir = Path(cache_dir).expanduser().resolve() if cache_dir else default_cache_dir()
         if not data_path and (self.n_train < 1 or self.n_eval < 1):
             raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1")
 
@@ -240,9 +233,9 @@ class AlfWorldTask(Task):
 
         rows = self._train
         example = rows[min(3, len(rows) - 1)]
-        limit = int(self.rollout.get("max_sessions_per_run", 16))
-        idle = float(self.rollout.get("idle_timeout_s", 300))
-        max_new = self.grader.get("max_new_tokens", 16)
+        limit = self.rollout.max_sessions_per_run
+        idle = self.rollout.idle_timeout_s
+        max_new = self.grader.max_new_tokens
         n_games = len(self.train_games())
         return f"""{self.description.strip() or "ALFWorld: household text games (find, take, clean, heat, cool, place)."}
 

@@ -1,0 +1,106 @@
+"""A task: visible train rows, hidden eval rows, instructions, the chat the grader sends and its scorer.
+
+A task class registers itself under a name (`@register("task", "reasoning_gym")`); a task's YAML names it in `cls:`
+and gives its knobs, which are the class's constructor arguments after the spec. `build_task(spec)` builds one.
+"""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from contracts import registry
+from contracts.layout import default_cache_dir
+from contracts.specs import ConfigError
+from contracts.task_spec import GraderSettings, RolloutSettings, TaskSpec
+
+
+class Task:
+    """Base class. Subclasses fill in the splits, the instructions and the scorer; the chat is one user message."""
+
+    interactive = False  # an interactive task is an InteractiveTask: its items are episodes in an environment
+
+    def __init__(self, spec: TaskSpec):
+        self.spec = spec
+        self.name = spec.name
+        self.cache_dir: Path = default_cache_dir()  # where a task keeps what it builds (build_task may say otherwise)
+
+    @property
+    def level(self) -> int:
+        return self.spec.level
+
+    @property
+    def description(self) -> str:
+        return self.spec.description
+
+    @property
+    def grader(self) -> GraderSettings:
+        return self.spec.grader
+
+    @property
+    def rollout(self) -> RolloutSettings:
+        return self.spec.rollout
+
+    def train_rows(self) -> list[dict]:
+        """Visible to the agent. Each row has at least id, prompt, answer and completion (what an SFT learns)."""
+        raise NotImplementedError
+
+    def eval_rows(self) -> list[dict]:
+        """Hidden. Each row has at least id, prompt and answer."""
+        raise NotImplementedError
+
+    def instructions(self) -> str:
+        """Markdown for the agent: the task, the data format, the grader's prompt format, the answer format."""
+        raise NotImplementedError
+
+    def messages(self, row: dict) -> list[dict]:
+        """The chat the grader feeds the model (rendered with the model's own chat template)."""
+        return [{"role": "user", "content": row["prompt"]}]
+
+    def score(self, completion: str, row: dict) -> float:
+        """In [0, 1]."""
+        raise NotImplementedError
+
+    def evaluate(self, backend, loaded, rows: list[dict], max_new_tokens: int) -> dict:
+        """Score a loaded model on ``rows``: ``{score, n, items: [{id, completion, score}, ...]}``.
+
+        The score is a percentage (0-100) for every task, as in the paper, so improvements pool across tasks.
+        The default is single-turn: one greedy reply per row (batched by the backend), scored by :meth:`score`
+        (0-1 per item), averaged. Interactive tasks (level 3) override it with multi-turn rollouts."""
+        completions = backend.generate(loaded, [self.messages(row) for row in rows], max_new_tokens)
+        items = [{"id": row["id"], "completion": completion, "score": float(self.score(completion, row))}
+                 for row, completion in zip(rows, completions)]
+        score = 100.0 * sum(item["score"] for item in items) / len(items) if items else 0.0
+        return {"score": score, "n": len(items), "items": items}
+
+
+def task_class(name: str) -> type[Task]:
+    cls = registry.lookup("task", name)
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise ConfigError(f"task class {name!r} is registered as {cls!r}, which is not a Task")
+    return cls
+
+
+def build_task(spec: TaskSpec, cache_dir: str | Path | None = None, cls: type[Task] | None = None) -> Task:
+    """The task a spec describes. Its knobs must be the class's constructor arguments: an unknown one is a
+    ConfigError naming the task and the arguments it takes. `cls`: the class itself, for a process whose registry
+    does not know the name (a Serve replica gets the class from the process that deployed it)."""
+    cls = cls or task_class(spec.cls)
+    if cls.interactive != (spec.level == 3):
+        raise ConfigError(f"task {spec.name}: level={spec.level}, but {spec.cls} is "
+                          f"{'an interactive task (level 3)' if cls.interactive else 'not interactive (level 1 or 2)'}")
+    accepted = {k: p for k, p in inspect.signature(cls).parameters.items() if k != "spec"}
+    unknown = sorted(set(spec.params) - set(accepted))
+    if unknown:
+        raise ConfigError(f"task {spec.name}: {spec.cls} does not take {unknown}; it takes {sorted(accepted)}")
+    missing = sorted(k for k, p in accepted.items() if p.default is inspect.Parameter.empty and k not in spec.params)
+    if missing:
+        raise ConfigError(f"task {spec.name}: {missing} missing; set them in conf/task/{spec.name}.yaml")
+    task = cls(spec, **spec.params)
+    if cache_dir is not None:
+        task.cache_dir = Path(cache_dir).expanduser().resolve()
+    return task
+
+
+def load_task(config: dict, cache_dir: str | Path | None = None) -> Task:
+    """A task straight from its config (a YAML's contents)."""
+    return build_task(TaskSpec.from_config(config), cache_dir)
