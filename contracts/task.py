@@ -2,13 +2,17 @@
 
 A task class registers itself under a name (`@register("task", "reasoning_gym")`); a task's YAML names it in `cls:`
 and gives its knobs, which are the class's constructor arguments after the spec. `build_task(spec)` builds one.
+The grading service scores a submission (evaluators.evaluate): one greedy reply per eval row scored by `score`, or,
+for an interactive task, one episode per eval instance of its environment.
 """
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from pathlib import Path
 
 from contracts import registry
+from contracts.environment import Demonstration, Environment
 from contracts.layout import default_cache_dir
 from contracts.specs import ConfigError
 from contracts.task_spec import GraderSettings, RolloutSettings, TaskSpec
@@ -60,17 +64,39 @@ class Task:
         """In [0, 1]."""
         raise NotImplementedError
 
-    def evaluate(self, backend, loaded, rows: list[dict], max_new_tokens: int) -> dict:
-        """Score a loaded model on ``rows``: ``{score, n, items: [{id, completion, score}, ...]}``.
 
-        The score is a percentage (0-100) for every task, as in the paper, so improvements pool across tasks.
-        The default is single-turn: one greedy reply per row (batched by the backend), scored by :meth:`score`
-        (0-1 per item), averaged. Interactive tasks (level 3) override it with multi-turn rollouts."""
-        completions = backend.generate(loaded, [self.messages(row) for row in rows], max_new_tokens)
-        items = [{"id": row["id"], "completion": completion, "score": float(self.score(completion, row))}
-                 for row, completion in zip(rows, completions)]
-        score = 100.0 * sum(item["score"] for item in items) / len(items) if items else 0.0
-        return {"score": score, "n": len(items), "items": items}
+class InteractiveTask(Task):
+    """A task whose items are episodes in an environment (level 3). The grader plays every eval instance with the
+    submitted model (evaluators.lockstep), the rollout service serves the train instances, and the train rows are
+    an expert's steps rendered the way the grader renders them."""
+
+    interactive = True
+    eval_workers = 0  # processes stepping eval episodes while the model generates (0: in the grader's process)
+
+    def environment(self) -> Environment:
+        raise NotImplementedError
+
+    def eval_rows(self) -> list[dict]:
+        """One row per eval instance: its id, the instance's name and what the environment says about it."""
+        return [{"id": f"{self.name}-eval-{i}", "instance": inst.name, **inst.info}
+                for i, inst in enumerate(self.environment().instances("eval"))]
+
+    def messages(self, row: dict) -> list[dict]:
+        """A train row's chat as the grader sends it at that step (the environment rendered it into the row)."""
+        return [dict(m) for m in row["messages"]]
+
+    def expert_rows(self, demonstrations: Iterable[Demonstration]) -> list[dict]:
+        """SFT rows from an expert's steps: `messages`, the chat the grader sends in that state, and `completion`
+        (= `answer`), the expert's action; `prompt` is the chat's last message alone."""
+        env = self.environment()
+        rows = []
+        for d in demonstrations:
+            messages = env.render(d.goal, d.step, d.history)
+            rows.append({"id": f"{self.name}-train-{d.instance}-{d.episode}-{d.index}",
+                         "prompt": messages[-1]["content"], "completion": d.action, "answer": d.action,
+                         "messages": messages, "game": d.instance, "task": d.goal, **d.info, "step": d.index,
+                         "episode": d.episode, "expert": d.expert})
+        return rows
 
 
 def task_class(name: str) -> type[Task]:
@@ -78,6 +104,11 @@ def task_class(name: str) -> type[Task]:
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise ConfigError(f"task class {name!r} is registered as {cls!r}, which is not a Task")
     return cls
+
+
+def is_interactive(spec: TaskSpec) -> bool:
+    """Whether the task's class plays episodes (it then has a rollout service): a property of the class."""
+    return task_class(spec.cls).interactive
 
 
 def build_task(spec: TaskSpec, cache_dir: str | Path | None = None, cls: type[Task] | None = None) -> Task:

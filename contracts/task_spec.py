@@ -43,7 +43,6 @@ class RolloutSettings:
     num_replicas: int
     max_sessions_per_run: int
     idle_timeout_s: float
-    max_steps: int | None
     host_cpus: float
     router_cpus: float
 
@@ -53,9 +52,9 @@ _RULES: dict[str, tuple[type, float | None]] = {
     "backend": (str, None), "device": (str, None), "batch_size": (int, 1), "max_new_tokens": (int, 1),
     "num_cpus": (float, 0), "num_gpus": (float, 0), "threads": (int, 1), "num_replicas": (int, 1),
     "max_concurrent": (int, 1), "num_hosts": (int, 1), "max_sessions_per_run": (int, 1),
-    "idle_timeout_s": (float, 0), "max_steps": (int, 1), "host_cpus": (float, 0), "router_cpus": (float, 0),
+    "idle_timeout_s": (float, 0), "host_cpus": (float, 0), "router_cpus": (float, 0),
 }
-_NULLABLE = {"threads", "max_steps"}
+_NULLABLE = {"threads"}
 
 
 @cache

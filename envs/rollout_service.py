@@ -1,22 +1,23 @@
-"""The rollout service: environment sessions on the train games of a level-3 task, for agents doing online RL.
+"""The rollout service: environment sessions on the train instances of an interactive task, for online RL.
 
 One Ray Serve application per task at ``/<task>/env`` (so ``$GRADING_SERVER_URL/env/...`` for an agent), FastAPI
 ingress, the same run tokens as the grader (``Authorization: Bearer TOKEN``, checked against the RunRegistry):
 
   GET  /env/games                      the train games: [{index, name, task_type}], max_steps, max_sessions
   POST /env/reset {game?, session_id?, actions?}   new session (or reset one of yours); replays ``actions``
-  POST /env/step  {session_id, command}            one command; the game answers unknown ones ("Nothing happens.")
+  POST /env/step  {session_id, command}            one command; the environment answers unknown ones too
   POST /env/close {session_id}
   GET  /env/sessions                   your open sessions
   GET  /env/health
 
 Architecture: the Serve deployment is a stateless router (any number of replicas); sessions live in a fixed pool of
-``EnvHost`` actors, each holding many games in its own process (the engine is pure Python: one process steps ~30-40
-games/s, so hosts are the unit of parallelism). A session id names its host (``<host>.<random>``), so every replica
+``EnvHost`` actors, each holding many episodes of the task's Environment in its own process (engines such as the text
+games' are pure Python: one process steps ~30-40 games/s, so hosts are the unit of parallelism). A session id names its host (``<host>.<random>``), so every replica
 routes a session's requests to the same place. Per-run session counts live in the RunRegistry (one limit across all
 replicas and hosts). Hosts close sessions idle for ``idle_timeout_s`` and release them in the registry; the
-orchestrator closes a run's sessions when its cell ends (``close_run`` through the deployment handle). Eval games are
-never loaded here: the router only knows the task's train games, and names are looked up, never joined into paths.
+orchestrator closes a run's sessions when its cell ends (``close_run`` through the deployment handle). Eval instances
+never reach this service: routers and hosts get the train instances only, looked up by index or name.
+The API calls instances "games" and actions "commands", as agents have always used it.
 
 Why not one actor per session: an actor is a process (~1-2 s to start plus ~2 s to import the engine, ~150 MB);
 a pool of hosts starts once and creates a session in one engine reset (~0.5-0.8 s).
@@ -39,6 +40,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
 
+from contracts.environment import Environment, Episode, Instance, Step
 from contracts.refusals import Refusal
 from contracts.runs import run_token
 from contracts.task_spec import TaskSpec
@@ -67,10 +69,10 @@ def _answers_errors(method):
 # ------------------------------------------------------------------------------------------------------ hosts
 
 class _Session:
-    __slots__ = ("owner", "game_index", "game", "last_used", "last", "done", "won")
+    __slots__ = ("owner", "index", "episode", "last_used", "last", "done", "won")
 
-    def __init__(self, owner: str, game_index: int, game) -> None:
-        self.owner, self.game_index, self.game = owner, game_index, game
+    def __init__(self, owner: str, index: int, episode: Episode) -> None:
+        self.owner, self.index, self.episode = owner, index, episode
         self.last_used = time.monotonic()
         self.last: dict = {}
         self.done = self.won = False
@@ -78,14 +80,12 @@ class _Session:
 
 @ray.remote(max_restarts=0)
 class EnvHost:
-    """Holds sessions (one engine game each) for one task; called only by the rollout routers."""
+    """Holds sessions (one episode each) on a task's train instances; called only by the rollout routers."""
 
-    def __init__(self, games: list[str], max_steps: int, idle_timeout_s: float):
-        from envs.alfworld.engine import enable_grammar_cache
-
-        enable_grammar_cache()
-        self.games = list(games)
-        self.max_steps = int(max_steps)
+    def __init__(self, env: Environment, instances: list[Instance], idle_timeout_s: float):
+        self.env = env
+        self.instances = list(instances)
+        self.max_steps = env.max_steps
         self.idle_timeout_s = float(idle_timeout_s)
         self.sessions: dict[str, _Session] = {}
         self.lock = threading.Lock()
@@ -110,7 +110,7 @@ class EnvHost:
             dropped = [(sid, self.sessions.pop(sid)) for sid in idle]
         by_owner: dict[str, list[str]] = {}
         for sid, s in dropped:
-            s.game.close()
+            s.episode.close()
             by_owner.setdefault(s.owner, []).append(sid)
         if by_owner:
             from contracts.runs import registry
@@ -124,7 +124,7 @@ class EnvHost:
         s = self.sessions.get(session_id)
         if s is None or s.owner != owner:  # another run's session looks exactly like a missing one
             raise Refusal("unknown_session", f"no open session {session_id!r} for your run (closed, expired "
-                                                   "or never opened); start one with POST /env/reset")
+                                             "or never opened); start one with POST /env/reset")
         s.last_used = time.monotonic()
         return s
 
@@ -133,43 +133,40 @@ class EnvHost:
         for key, n in counts.items():
             usage[key] += n
 
-    def _answer(self, s: _Session, session_id: str, obs: str, info: dict, reward: float = 0.0) -> dict:
-        if not s.won and info.get("won"):
+    def _answer(self, s: _Session, session_id: str, step: Step) -> dict:
+        if not s.won and step.won:
             self._use(s.owner, wins=1)
-        s.won = s.won or bool(info.get("won"))
-        s.done = s.won or s.game.done or s.game.steps >= self.max_steps
-        s.last = {"session_id": session_id, "observation": obs,
-                  "admissible_commands": list(info.get("admissible_commands") or []),
-                  "reward": float(reward), "won": s.won, "done": s.done, "steps": s.game.steps}
+        s.won = s.won or step.won
+        s.done = s.won or step.done or s.episode.steps >= self.max_steps
+        s.last = {"session_id": session_id, "observation": step.observation,
+                  "admissible_commands": list(step.actions or ()), "reward": float(step.reward), "won": s.won,
+                  "done": s.done, "steps": s.episode.steps}
         return dict(s.last)
 
     def _start(self, s: _Session, session_id: str, actions: list[str]) -> dict:
-        obs, info = s.game.reset()
+        first = s.episode.reset()
         s.won = s.done = False
         self._use(s.owner, resets=1)
-        out = self._answer(s, session_id, obs, info)
-        for cmd in actions:
+        out = self._answer(s, session_id, first)
+        for action in actions:
             if s.done:
                 break
-            obs, score, _, info = s.game.step(cmd)
+            step = s.episode.step(action)
             self.counters["steps"] += 1
             self._use(s.owner, steps=1)
-            out = self._answer(s, session_id, obs, info, score)
-        return {**out, "task": s.game.task, "game": self._game_ref(s.game_index)}
+            out = self._answer(s, session_id, step)
+        return {**out, "task": s.episode.goal, "game": self._ref(s.index)}
 
-    def _game_ref(self, index: int) -> dict:
-        return {"index": index, "name": Path(self.games[index]).parent.name}
+    def _ref(self, index: int) -> dict:
+        return {"index": index, "name": self.instances[index].name}
 
     @_answers_errors
-    def open(self, session_id: str, owner: str, game_index: int, actions: list[str]) -> dict:
-        from envs.alfworld.engine import AlfWorldGame
-
-        game = AlfWorldGame(self.games[game_index], max_steps=self.max_steps, walkthrough=False)
-        s = _Session(owner, game_index, game)
+    def open(self, session_id: str, owner: str, index: int, actions: list[str]) -> dict:
+        s = _Session(owner, index, self.env.open(self.instances[index]))
         try:
             out = self._start(s, session_id, actions)
         except Exception:
-            game.close()
+            s.episode.close()
             raise
         with self.lock:
             self.sessions[session_id] = s
@@ -177,34 +174,31 @@ class EnvHost:
         return out
 
     @_answers_errors
-    def reset(self, session_id: str, owner: str, game_index: int | None, actions: list[str]) -> dict:
+    def reset(self, session_id: str, owner: str, index: int | None, actions: list[str]) -> dict:
         with self.lock:
             s = self._get(session_id, owner)
-        if game_index is not None and game_index != s.game_index:
-            from envs.alfworld.engine import AlfWorldGame
-
-            s.game.close()
-            s.game = AlfWorldGame(self.games[game_index], max_steps=self.max_steps, walkthrough=False)
-            s.game_index = game_index
+        if index is not None and index != s.index:
+            s.episode.close()
+            s.episode, s.index = self.env.open(self.instances[index]), index
         return self._start(s, session_id, actions)
 
     @_answers_errors
-    def step(self, session_id: str, owner: str, command: str) -> dict:
+    def step(self, session_id: str, owner: str, action: str) -> dict:
         with self.lock:
             s = self._get(session_id, owner)
         if s.done:  # the episode is over: answer as before, change nothing
             return dict(s.last)
-        obs, score, _, info = s.game.step(command)
+        step = s.episode.step(action)
         self.counters["steps"] += 1
         self._use(s.owner, steps=1)
-        return self._answer(s, session_id, obs, info, score)
+        return self._answer(s, session_id, step)
 
     @_answers_errors
     def close(self, session_id: str, owner: str) -> bool:
         with self.lock:
             s = self._get(session_id, owner)
             self.sessions.pop(session_id, None)
-        s.game.close()
+        s.episode.close()
         return True
 
     def close_owner(self, owner: str) -> tuple[list[str], dict]:
@@ -214,12 +208,12 @@ class EnvHost:
             dropped = [self.sessions.pop(sid) for sid in ids]
             usage = self.usage.pop(owner, {})
         for s in dropped:
-            s.game.close()
+            s.episode.close()
         return ids, usage
 
     def owned(self, owner: str) -> list[dict]:
         with self.lock:
-            return [{"session_id": sid, "game": self._game_ref(s.game_index), "steps": s.game.steps,
+            return [{"session_id": sid, "game": self._ref(s.index), "steps": s.episode.steps,
                      "done": s.done, "won": s.won} for sid, s in self.sessions.items() if s.owner == owner]
 
     def stats(self) -> dict:
@@ -234,7 +228,7 @@ async def json_body(request: Request) -> dict:
         body = await request.json()
     except Exception:
         raise Refusal("bad_request", "the body must be a JSON object, e.g. {\"session_id\": ..., "
-                                           "\"command\": \"go to cabinet 1\"}")
+                                           "\"command\": \"...\"}")
     if not isinstance(body, dict):
         raise Refusal("bad_request", "the body must be a JSON object")
     return body
@@ -251,29 +245,19 @@ def _field(body: dict, key: str, kind, required: bool = True):
     return value
 
 
-def _task_type(game: Path) -> str:
-    traj = Path(game).parent / "traj_data.json"
-    try:
-        return json.loads(traj.read_text()).get("task_type", "")
-    except (OSError, ValueError):
-        return ""
-
 # Everything the router class uses is defined above it: Serve pickles the class when it is decorated.
 
 @serve.deployment(max_ongoing_requests=512, health_check_period_s=10)
 @serve.ingress(api)
 class RolloutService:
-    def __init__(self, task_cls: type, spec: TaskSpec, cache_dir: str, host_names: list[str]):
+    def __init__(self, spec: TaskSpec, instances: list[Instance], max_steps: int, host_names: list[str]):
         from contracts.runs import NAMESPACE, registry
-        from contracts.task import build_task
 
-        task = build_task(spec, cache_dir, task_cls)
         self.cfg = spec.rollout
-        self.max_steps = spec.rollout.max_steps or task.max_steps
-        games = task.train_games()
+        self.max_steps = max_steps
         self.games = []
-        for i, path in enumerate(games):  # a loop, not a comprehension: Serve pickles this class by value
-            self.games.append({"index": i, "name": task.game_name(path), "task_type": _task_type(path)})
+        for i, inst in enumerate(instances):  # a loop, not a comprehension: Serve pickles this class by value
+            self.games.append({"index": i, "name": inst.name, **inst.info})
         self.by_name = {g["name"]: g["index"] for g in self.games}
         self.hosts = [ray.get_actor(name, namespace=NAMESPACE) for name in host_names]
         self.registry = registry()
@@ -441,15 +425,17 @@ def deploy(spec: TaskSpec, cache_dir: str) -> str:
     already); returns its route prefix. Builds the train games first if no one has."""
     from contracts.runs import NAMESPACE
     from contracts.serving import deploy_once
-    from contracts.task import build_task, task_class
+    from contracts.specs import ConfigError
+    from contracts.task import InteractiveTask, build_task
 
     settings = [spec.config, cache_dir]
 
     def build():
-        task_cls = task_class(spec.cls)
-        task = build_task(spec, cache_dir, task_cls)
-        games = [str(p) for p in task.train_games()]
-        max_steps = spec.rollout.max_steps or task.max_steps
+        task = build_task(spec, cache_dir)
+        if not isinstance(task, InteractiveTask):
+            raise ConfigError(f"task {spec.name}: a rollout service needs an interactive task, not {spec.cls}")
+        env = task.environment()
+        instances = env.instances("train")  # eval instances never reach a host
         key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
         env_vars = {"A2RL_CACHE_DIR": str(cache_dir)}
         host_names = []
@@ -457,14 +443,14 @@ def deploy(spec: TaskSpec, cache_dir: str) -> str:
             host_name = f"a2rl-env-{spec.name}-{key}-{i}"
             handle = EnvHost.options(name=host_name, namespace=NAMESPACE, get_if_exists=True,
                                      num_cpus=spec.rollout.host_cpus, runtime_env={"env_vars": env_vars}).remote(
-                games, max_steps, spec.rollout.idle_timeout_s)
+                env, instances, spec.rollout.idle_timeout_s)
             _owned.setdefault(host_name, []).append(handle)
             host_names.append(host_name)
         ray.get([h[0].__ray_ready__.remote() for h in (_owned[n] for n in host_names)])
         deployment = RolloutService.options(name=app_name(spec.name), num_replicas=spec.rollout.num_replicas,
                                             ray_actor_options={"num_cpus": spec.rollout.router_cpus,
                                                                "runtime_env": {"env_vars": env_vars}})
-        return deployment.bind(task_cls, spec, str(cache_dir), host_names)
+        return deployment.bind(spec, instances, env.max_steps, host_names)
 
     deploy_once(app_name(spec.name), route_prefix(spec.name), settings, build)
     return route_prefix(spec.name)

@@ -15,13 +15,16 @@ from pathlib import Path
 
 from ray import serve, tune
 
-from agents.cli.session import AgentSession, CliUnavailable
+from agents.cli.session import CliUnavailable
+from agents.kinds import agent_kind
 from orchestrator import sandbox
 from contracts.layout import Layout
 from orchestrator.ledger import AGENT_ERROR, BUDGET_EXHAUSTED, COMPLETED, INFRA_ERROR
 from contracts.records import ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, TRACE, JsonlTail, write_json_durably
 from orchestrator.records import driver_event, outcome_event, status_event, submission_event, trace_event
 from contracts.specs import CellSpec
+from contracts.task import is_interactive
+from contracts.task_spec import TaskSpec
 from orchestrator.workspace import agent_env, materialise, task_material
 
 POLL_S = 0.2
@@ -35,19 +38,6 @@ def sandbox_paths(layout: Layout) -> tuple[list[Path], list[Path]]:
         hidden.append(Path(os.environ["RAY_AUTH_TOKEN_PATH"]))
     readonly = [*sandbox.python_paths(), layout.models_cache]
     return hidden, readonly
-
-
-def agent_argv(cell: CellSpec) -> tuple[list[str], list[Path]]:
-    """The agent's command line and the files to copy into its code/ (a built-in agent's script, your files)."""
-    files = [Path(f) for f in cell.agent.files]
-    if cell.agent.kind == "builtin":
-        from agents.builtin import script_path
-
-        script = script_path(cell.agent.script)
-        return [sys.executable, f"code/{script.name}"], [script, *files]
-    if cell.agent.kind == "cli":  # its adapter builds the command line once the cell has a driver key
-        return [], files
-    return ["/bin/bash", "-c", cell.agent.command], files
 
 
 def finish_unstarted(cell: CellSpec, attempt: int, adir: Path, started: float, error: str) -> None:
@@ -72,23 +62,25 @@ def run_cell(config: dict) -> None:
     write_json_durably(adir / ATTEMPT, {"started_at": started, "attempt": attempt})
     tune.report({"cell_id": cell.cell_id, "attempt": attempt, "started_at": started,
                  "events": json.dumps([status_event(cell.cell_id, attempt, 0.0, "running")])})
+    kind = agent_kind(cell.agent.kind)
     try:  # an LLM-driven agent: its CLI must be installed before anything is registered or spent
-        session = AgentSession.prepare(cell, opts.get("cli_path"))
+        session = kind.session(cell, list(opts.get("cli_path") or []))
     except CliUnavailable as e:
         return finish_unstarted(cell, attempt, adir, started, str(e))
 
     from evaluators.base_models import resolve_base_model
     from evaluators.service import app_name
     material = task_material(cell.task, layout.cache_dir)
+    interactive = is_interactive(TaskSpec.from_config(cell.task))
     base_model = resolve_base_model(cell.task["base_model"], layout.models_cache)
     grader = serve.get_app_handle(app_name(cell.task_name))
     token = secrets.token_urlsafe(24)
     deadline = started + cell.budget.wall_time_s
     workspace = layout.workspace(cell.cell_id, attempt)
-    argv, agent_files = agent_argv(cell)
+    argv, agent_files = kind.command(cell.agent)
     run_info = {"grading_url": f"{opts['grading_url']}/{cell.task_name}", "run_token": token,
                 **({"rollout_url": f"{opts['grading_url']}/{cell.task_name}/env"}
-                   if int(cell.task.get("level", 1)) == 3 else {}),
+                   if interactive else {}),
                 "started_at": started, "deadline": deadline}
     materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info, agent_files=agent_files)
 
@@ -158,7 +150,7 @@ def run_cell(config: dict) -> None:
             except Exception as e:  # the calls are recorded already; this must not turn a result into an error
                 print(f"[a2rl] closing the driver key of {cell.cell_id} failed: {e!r}", file=sys.stderr)
         still_running = grader.close_run.remote(token).result()
-        if int(cell.task.get("level", 1)) == 3:  # the run's environment sessions end with it
+        if interactive:  # the run's environment sessions end with it
             from envs.rollout_service import close_run as close_sessions
 
             try:

@@ -15,6 +15,8 @@ from contracts.layout import Layout
 from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
 from orchestrator.records import reconcile
 from contracts.specs import CellSpec, ConfigError, to_plain
+from contracts.task import is_interactive
+from contracts.task_spec import TaskSpec
 from orchestrator.sweep import check_cluster, expand
 from orchestrator.workspace import task_material
 
@@ -129,7 +131,6 @@ def start_graders(cfg: DictConfig, tasks: list[dict], emulated: bool) -> str:
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
 
     from contracts.runs import get_or_create_registry
-    from contracts.task_spec import TaskSpec
     from evaluators.service import deploy
 
     get_or_create_registry()
@@ -139,7 +140,7 @@ def start_graders(cfg: DictConfig, tasks: list[dict], emulated: bool) -> str:
         spec = TaskSpec.from_config(task)
         deploy(spec, str(Path(cfg.cache_dir).expanduser()), emulated_gpus=emulated)
         task_material(task, Path(cfg.cache_dir).expanduser())  # once here, not in every cell
-        if int(task.get("level", 1)) == 3:  # interactive: the rollout service on the train games, at /<task>/env
+        if is_interactive(spec):  # the rollout service on the train instances, at /<task>/env
             from envs.rollout_service import deploy as deploy_rollouts
 
             deploy_rollouts(spec, str(Path(cfg.cache_dir).expanduser()))
@@ -231,7 +232,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
 
     logging.getLogger("ray.tune").setLevel(logging.ERROR)  # it would warn that our trials write no result.json
     started_ray = not ray.is_initialized()
-    # Tasks that keep files in the cache (ALFWorld games) find it through this variable in every Ray worker.
+    # Tasks that keep files in the cache (an environment's games) find it through this variable in every Ray worker.
     os.environ["A2RL_CACHE_DIR"] = str(Path(cfg.cache_dir).expanduser().resolve())
     keys = driver_keys(plan.to_run)  # a missing key fails here, before Ray starts
     if started_ray:
@@ -277,7 +278,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
 
             for task in tasks:
                 remove(app_name(task["name"]))
-                if int(task.get("level", 1)) == 3:
+                if is_interactive(TaskSpec.from_config(task)):
                     from envs import rollout_service
 
                     remove(rollout_service.app_name(task["name"]))

@@ -92,46 +92,24 @@ def budget_of(cfg: DictConfig) -> Budget:
 
 
 def agent_spec(data: dict, where: str) -> AgentSpec:
-    kind = data.get("kind")
-    if kind not in ("builtin", "command", "cli"):
-        raise ConfigError(f"{where}.kind={kind!r} must be 'builtin', 'command' or 'cli'")
-    if kind == "command" and not data.get("command"):
-        raise ConfigError(f"{where}.command is empty; e.g. agent.command='python my_agent.py'")
-    if kind == "builtin" and not data.get("script"):
-        raise ConfigError(f"{where}.script is missing for builtin agent {data.get('name')!r}")
-    if kind == "cli":
-        from agents.cli import ADAPTERS
+    """The agent's kind checks its config (agents.kinds)."""
+    from agents.kinds import agent_kind
 
-        if data.get("adapter") not in ADAPTERS:
-            raise ConfigError(f"{where}.adapter={data.get('adapter')!r} is not a CLI adapter; known adapters: "
-                              f"{', '.join(sorted(ADAPTERS))}")
-    fields = {k: data[k] for k in ("name", "kind", "script", "command", "args", "needs_driver", "adapter", "version")
-              if k in data}
-    fields["args"] = fields.get("args") or {}
-    if kind == "cli":
-        fields["needs_driver"] = True  # a CLI scaffold is nothing without its LLM
-        if fields.get("version") is not None:
-            fields["version"] = str(fields["version"])
-    files = [Path(f).expanduser().resolve() for f in data.get("files") or []]
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        raise ConfigError(f"{where}.files: {missing} not found (paths are relative to where you run a2rl)")
-    if files:
-        digest = hashlib.sha256()
-        for f in files:
-            digest.update(f.name.encode() + b"\0" + f.read_bytes())
-        fields["files"], fields["files_sha"] = [str(f) for f in files], digest.hexdigest()[:16]
-    return AgentSpec(**fields)
+    try:
+        kind = agent_kind(data.get("kind"))
+    except ConfigError as e:
+        raise ConfigError(f"{where}.{e}") from None
+    return kind.spec(data, where)
 
 
 def driver_spec(data: dict) -> DriverSpec:
     provider = data.get("provider", "none")
     if provider != "none":
-        from agents.proxy.protocols import PROVIDERS
+        from agents.proxy.protocols import provider_names
 
-        if provider not in PROVIDERS:
+        if provider not in provider_names():
             raise ConfigError(f"driver {data.get('name')!r}: provider={provider!r} is unknown; use one of "
-                              f"{', '.join(PROVIDERS)} (the wire protocol its endpoint speaks)")
+                              f"{', '.join(provider_names())} (the wire protocol its endpoint speaks)")
         if not data.get("base_url"):
             raise ConfigError(f"driver {data.get('name')!r}: base_url is missing; e.g. https://api.anthropic.com")
     extra = {k: v for k, v in data.items() if k not in ("name", "provider", "model")}
@@ -139,9 +117,12 @@ def driver_spec(data: dict) -> DriverSpec:
 
 
 def compatible_drivers(agent: AgentSpec, drivers: list[DriverSpec]) -> list[DriverSpec]:
-    from agents.cli import get_adapter
+    """The drivers whose protocol the agent speaks (an agent that speaks any: all of them)."""
+    from agents.kinds import agent_kind
 
-    speaks = get_adapter(agent.adapter).providers
+    speaks = agent_kind(agent.kind).providers(agent)
+    if speaks is None:
+        return drivers
     paired = [d for d in drivers if d.provider in speaks]
     if not paired:
         fitting = [n for n in known("driver") if load_named("driver", n, "conf/driver").get("provider") in speaks]
@@ -179,8 +160,7 @@ def expand(cfg: DictConfig) -> list[CellSpec]:
                 if not paired:
                     raise ConfigError(f"agent {agent.name!r} needs an LLM driver but sweep.drivers has none; "
                                       f"add one of: {', '.join(d for d in known('driver') if d != 'none')}")
-                if agent.kind == "cli":  # a CLI is crossed only with the drivers whose protocol it speaks
-                    paired = compatible_drivers(agent, paired)
+                paired = compatible_drivers(agent, paired)  # a CLI: only those whose protocol it speaks
             else:
                 paired = [none_driver]  # reference agents need no LLM: one cell, not one per driver
             for driver in paired:

@@ -94,7 +94,7 @@ def test_expert_rows_built_in_processes_are_the_same(task, tmp_path):
 
 
 def test_train_rows_are_expert_steps_in_the_graders_format(task):
-    from envs.alfworld.prompt import SYSTEM_PROMPT, parse_command
+    from envs.alfworld.prompt import SYSTEM_PROMPT, parse
 
     rows = task.train_rows()
     games = {p.parent.name for p in task.train_games()}
@@ -103,7 +103,7 @@ def test_train_rows_are_expert_steps_in_the_graders_format(task):
         system, user = row["messages"]
         assert system == {"role": "system", "content": SYSTEM_PROMPT} and user["content"] == row["prompt"]
         admissible = row["prompt"].split("Admissible commands:\n")[1].split("\nReply with")[0].splitlines()
-        assert row["completion"] in admissible and parse_command(row["completion"], admissible) == row["completion"]
+        assert row["completion"] in admissible and parse(row["completion"], admissible) == row["completion"]
         assert task.messages(row) == row["messages"]
     text = task.instructions()
     for needle in ("/env/reset", "/env/step", "Admissible commands:", SYSTEM_PROMPT, "100 x the fraction"):
@@ -117,10 +117,11 @@ def test_grading_plays_every_eval_game_in_lockstep(task):
     assert result["score"] == 100.0 and result["n"] == 2
     assert [item["score"] for item in result["items"]] == [1.0, 1.0]
     assert expert.batches[0] == 2  # one batched call per step over the active games
-    from envs.alfworld.rollouts import play_batch  # the same games stepped by two worker processes
+    from evaluators.lockstep import play  # the same games stepped by two worker processes
 
+    env = task.environment()
     generate = lambda chats: expert.generate("scripted", chats, 12)  # noqa: E731
-    assert play_batch(task.eval_games(), generate, workers=2) == play_batch(task.eval_games(), generate, workers=0)
+    assert play(env, env.instances("eval"), generate, workers=2) == play(env, env.instances("eval"), generate)
     babbler = ScriptedBackend(fixed="I would like to fly.")
     result = evaluate_loaded(task, babbler, "scripted", rows, 12)
     assert result["score"] == 0.0 and all(item["steps"] == 50 for item in result["items"])
@@ -161,7 +162,7 @@ def load_agent():
 
 def test_agent_prompts_match_the_graders(task):
     from envs.alfworld.engine import AlfWorldGame
-    from envs.alfworld.prompt import SYSTEM_PROMPT, build_messages
+    from envs.alfworld.prompt import SYSTEM_PROMPT, render
 
     agent = load_agent()
     with AlfWorldGame(task.train_games()[0]) as game:
@@ -170,7 +171,7 @@ def test_agent_prompts_match_the_graders(task):
         for cmd in history:
             obs, _, _, info = game.step(cmd)
         ours = agent.step_messages(SYSTEM_PROMPT, game.task, obs, info["admissible_commands"], history)
-        assert ours == build_messages(game.task, obs, info["admissible_commands"], history)
+        assert ours == render(game.task, obs, info["admissible_commands"], history)
 
 
 def win_probability(model, tokenizer, states: list[dict]) -> float:
@@ -197,7 +198,7 @@ def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task,
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
     from envs.alfworld.engine import AlfWorldGame
-    from envs.alfworld.prompt import SYSTEM_PROMPT, build_messages
+    from envs.alfworld.prompt import SYSTEM_PROMPT, render
 
     agent = load_agent()
     torch.set_num_threads(1)
@@ -209,7 +210,7 @@ def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task,
             obs, info = game.reset()
             for cmd in plan[:-1]:
                 obs, _, _, info = game.step(cmd)
-            states.append({"messages": build_messages(game.task, obs, info["admissible_commands"], plan[:-1]),
+            states.append({"messages": render(game.task, obs, info["admissible_commands"], plan[:-1]),
                            "game": path.parent.name, "prefix": plan[:-1], "win": plan[-1],
                            "admissible": info["admissible_commands"]})
     tokenizer = AutoTokenizer.from_pretrained(base)

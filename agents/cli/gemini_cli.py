@@ -7,10 +7,12 @@ workspace. Token totals are in the final `result` event.
 """
 from __future__ import annotations
 
+from contracts.registry import register
 from agents.cli.base import (CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event,
                              write_json)
 
 
+@register("cli_adapter", "gemini_cli")
 class GeminiCli(CliAdapter):
     name = "gemini_cli"
     executable = "gemini"
@@ -75,5 +77,3 @@ class StreamJson(TraceParser):
                              text=cut((obj.get("error") or {}).get("message"))))
         return out
 
-
-ADAPTER = GeminiCli()

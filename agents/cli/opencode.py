@@ -9,6 +9,7 @@ is not in the trace (the proxy meters it like any other).
 """
 from __future__ import annotations
 
+from contracts.registry import register
 from agents.cli.base import (CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event,
                              write_json)
 
@@ -22,6 +23,7 @@ PROVIDERS = {
 DEAD_REGISTRY = "http://127.0.0.1:9/"
 
 
+@register("cli_adapter", "opencode")
 class OpenCode(CliAdapter):
     name = "opencode"
     executable = "opencode"
@@ -81,5 +83,3 @@ class RunJson(TraceParser):
             return [event("error", kind, message=cut((err.get("data") or {}).get("message") or err.get("name")))]
         return []
 
-
-ADAPTER = OpenCode()

@@ -7,11 +7,9 @@ secret (``eval_salt`` in the config, else a random salt kept in CACHE_DIR/gradin
 generator and its seeds does not rebuild it. Train games are generated from a disjoint seed range, and any train
 game equal to an eval game is dropped.
 
-- ``train_rows()``: expert trajectories on the train games, one SFT row per step (the agent's data/train.jsonl).
-- ``eval_rows()``: one row per eval game (grader side only).
-- ``evaluate()``: ReAct-style rollouts of the submitted model on every eval game in lockstep, one batched greedy
-  ``backend.generate`` per step over the still-active games, at most ``max_steps`` steps; score = 100 x won / games.
-- ``train_games()``: what the rollout service serves (``envs.rollout_service``).
+- ``environment()``: the games as an Environment (``envs.alfworld.environment``): the grader plays the eval games
+  (score = 100 x won / games, evaluators.lockstep), the rollout service serves the train games.
+- ``train_rows()``: expert demonstrations on the train games, one SFT row per step (the agent's data/train.jsonl).
 """
 from __future__ import annotations
 
@@ -26,9 +24,11 @@ from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 
+from contracts.environment import Demonstration
 from contracts.registry import register
-from contracts.task import Task
+from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
+from envs.alfworld import prompt
 
 SALT_FILE = "alfworld-eval-salt"
 
@@ -44,21 +44,20 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _expert_records(job: tuple) -> list[dict]:
-    """One train game's SFT records from its expert (a process-pool job)."""
+def _expert_demonstrations(job: tuple) -> list[Demonstration]:
+    """One train game's demonstrations by its expert (a process-pool job)."""
     game, name, expert, episodes, noise, max_steps = job
     if expert == "ordered":
-        from envs.alfworld.ordered_expert import ordered_records
+        from envs.alfworld.ordered_expert import ordered_demonstrations
 
-        return ordered_records(game, episodes, noise, max_steps, name)
-    from envs.alfworld.expert import expert_steps, trajectory_records
+        return ordered_demonstrations(game, episodes, noise, max_steps, name)
+    from envs.alfworld.expert import demonstrations, expert_steps
 
-    return trajectory_records(expert_steps(game, mode=expert, max_steps=max_steps), game_name=name)
+    return demonstrations(expert_steps(game, mode=expert, max_steps=max_steps), game_name=name)
 
 
 @register("task", "alfworld")
-class AlfWorldTask(Task):
-    interactive = True
+class AlfWorldTask(InteractiveTask):
 
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, seed: int, task_types: list[str] | None,
                  max_receptacles_per_type: int | None, max_receptacles: int | None, max_steps: int, expert: str,
@@ -90,7 +89,7 @@ class AlfWorldTask(Task):
         self.eval_salt = eval_salt
         self.data_path = data_path
         self.build_workers = int(build_workers)
-        self.eval_workers = int(eval_workers)
+        self.eval_workers = int(eval_workers)  # processes stepping eval games while the model generates
         if not data_path and (self.n_train < 1 or self.n_eval < 1):
             raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1")
 
@@ -155,6 +154,17 @@ class AlfWorldTask(Task):
     def eval_games(self) -> list[Path]:
         return list(self._splits["eval"])
 
+    @cached_property
+    def _environment(self):
+        from envs.alfworld.environment import AlfWorldEnvironment
+
+        games = {"train": self.train_games(), "eval": self.eval_games()}
+        names = {path: self.game_name(path) for paths in games.values() for path in paths}
+        return AlfWorldEnvironment(games, names, self.max_steps)
+
+    def environment(self):
+        return self._environment
+
     # -- rows -------------------------------------------------------------------------------------------------
     @cached_property
     def _train(self) -> list[dict]:
@@ -171,66 +181,24 @@ class AlfWorldTask(Task):
 
                         with concurrent.futures.ProcessPoolExecutor(
                                 self.build_workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                            per_game = list(pool.map(_expert_records, jobs, chunksize=8))
+                            per_game = list(pool.map(_expert_demonstrations, jobs, chunksize=8))
                     else:
-                        per_game = [_expert_records(job) for job in jobs]
-                    rows = [self._train_row(rec) for recs in per_game for rec in recs]
+                        per_game = [_expert_demonstrations(job) for job in jobs]
+                    rows = self.expert_rows(d for demos in per_game for d in demos)
                     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
                     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
                     os.replace(tmp, path)
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    def _train_row(self, rec: dict) -> dict:
-        system, user, assistant = rec["messages"]
-        return {"id": f"{self.name}-train-{rec['game']}-{rec.get('episode', 0)}-{rec['step']}", "prompt": user["content"],
-                "completion": assistant["content"], "answer": assistant["content"],
-                "messages": [system, user], "game": rec["game"], "task": rec["task"], "task_type": rec["task_type"],
-                "step": rec["step"], "episode": rec.get("episode", 0), "expert": rec["expert"]}
-
     def train_rows(self) -> list[dict]:
         return [dict(row) for row in self._train]
 
-    def eval_rows(self) -> list[dict]:
-        rows = []
-        for i, game in enumerate(self.eval_games()):
-            traj = game.parent / "traj_data.json"
-            task_type = json.loads(traj.read_text()).get("task_type", "") if traj.exists() else ""
-            rows.append({"id": f"{self.name}-eval-{i}", "game": str(game), "task_type": task_type})
-        return rows
-
-    def messages(self, row: dict) -> list[dict]:
-        """A train row's chat as the grader sends it (system + user); see envs.alfworld.prompt."""
-        if "messages" in row:
-            return [dict(m) for m in row["messages"]]
-        from envs.alfworld.prompt import SYSTEM_PROMPT
-
-        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["prompt"]}]
-
     def score(self, completion: str, row: dict) -> float:
-        """One step's reply against the expert's command (not the grade: see evaluate)."""
-        from envs.alfworld.prompt import parse_command
-
-        return float(parse_command(completion) == parse_command(row.get("answer", "")))
-
-    # -- grading ----------------------------------------------------------------------------------------------
-    def evaluate(self, backend, loaded, rows: list[dict], max_new_tokens: int) -> dict:
-        """Lockstep greedy rollouts on the rows' games: {score: 100 x success rate, n, items}."""
-        from envs.alfworld.rollouts import play_batch
-
-        episodes = play_batch([row["game"] for row in rows],
-                              lambda chats: backend.generate(loaded, chats, max_new_tokens),
-                              max_steps=self.max_steps, workers=self.eval_workers)
-        items = [{"id": row["id"], "task_type": row.get("task_type", ""), "score": float(ep["won"]),
-                  "steps": ep["steps"], "task": ep["task"], "commands": ep["commands"],
-                  "completion": ep["replies"][-1] if ep["replies"] else ""}
-                 for row, ep in zip(rows, episodes)]
-        won = sum(item["score"] for item in items)
-        return {"score": 100.0 * won / len(items) if items else 0.0, "n": len(items), "items": items}
+        """One step's reply against the expert's command (not the grade: the grader plays whole episodes)."""
+        return float(prompt.parse(completion) == prompt.parse(row.get("answer", "")))
 
     # -- the agent's view ---------------------------------------------------------------------------------------
     def instructions(self) -> str:
-        from envs.alfworld.prompt import SYSTEM_PROMPT
-
         rows = self._train
         example = rows[min(3, len(rows) - 1)]
         limit = self.rollout.max_sessions_per_run
@@ -268,7 +236,7 @@ The hidden eval split has {self.n_eval} other games of the same kinds. For each,
 step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
 add_generation_prompt=True)`) and decodes greedily, at most {max_new} new tokens, stopping at the eos token:
 
-    system:    {SYSTEM_PROMPT}
+    system:    {prompt.SYSTEM_PROMPT}
     user:      Task: <task sentence>.
                Previous commands: <c1>; <c2>; ... (or "none")
                Observation: <the game's last answer, without the welcome banner>
