@@ -4,7 +4,7 @@ A kind owns its config's checks (one line naming the key and the value), its com
 an LLM driver and which drivers' protocols it speaks, and its cell's session with the driver proxy. The sweep and the
 cell ask it; nothing else looks at `kind`.
 
-  builtin   a reference agent: agents/builtin/<script>.py, run with this Python
+  builtin   a reference agent: agents/builtin/<script>.py, run with this Python beside the agent client
   command   your command line (and your files), run in the workspace
   cli       a coding-agent CLI (agents/cli/<adapter>.py), launched once its cell has a driver key
 """
@@ -14,7 +14,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-from agents.builtin import script_path
+from agents.builtin import CLIENT, TASK_PROMPT, script_path
 from agents.cli import get_adapter
 from agents.cli.session import AgentSession, find_cli
 from contracts.registry import lookup, names, register
@@ -43,9 +43,14 @@ class AgentKind:
         """The driver providers whose wire protocol the agent speaks (None: any)."""
         return None
 
-    def command(self, spec: AgentSpec) -> tuple[list[str], list[Path]]:
-        """The agent's command line (run in its workspace) and the files to copy into its code/."""
+    def command(self, spec: AgentSpec, task_prompt: Path | None = None) -> tuple[list[str], dict[str, Path]]:
+        """The agent's command line (run in its workspace) and the files its code/ starts with (name -> source).
+        task_prompt: the task's render/parse module, when it has one."""
         raise NotImplementedError
+
+    @staticmethod
+    def user_files(spec: AgentSpec) -> dict[str, Path]:
+        return {Path(f).name: Path(f) for f in spec.files}
 
     def session(self, cell: CellSpec, cli_path: list[str]) -> AgentSession | None:
         """The cell's hook into the driver proxy (None without a driver), checked before anything is spent."""
@@ -63,9 +68,12 @@ class BuiltinAgent(AgentKind):
             raise ConfigError(f"{where}.script: {e}") from None
         return super().spec(data, where)
 
-    def command(self, spec: AgentSpec) -> tuple[list[str], list[Path]]:
+    def command(self, spec: AgentSpec, task_prompt: Path | None = None) -> tuple[list[str], dict[str, Path]]:
+        """Its script beside the agent client and the task's render/parse: what it trains on is what the grader
+        sends."""
         script = script_path(spec.script)
-        return [sys.executable, f"code/{script.name}"], [script, *map(Path, spec.files)]
+        code = {script.name: script, CLIENT.name: CLIENT, **({TASK_PROMPT: task_prompt} if task_prompt else {})}
+        return [sys.executable, f"code/{script.name}"], {**code, **self.user_files(spec)}
 
 
 @register("agent_kind", "command")
@@ -75,8 +83,8 @@ class CommandAgent(AgentKind):
             raise ConfigError(f"{where}.command is empty; e.g. agent.command='python my_agent.py'")
         return super().spec(data, where)
 
-    def command(self, spec: AgentSpec) -> tuple[list[str], list[Path]]:
-        return ["/bin/bash", "-c", spec.command], [Path(f) for f in spec.files]
+    def command(self, spec: AgentSpec, task_prompt: Path | None = None) -> tuple[list[str], dict[str, Path]]:
+        return ["/bin/bash", "-c", spec.command], self.user_files(spec)
 
 
 @register("agent_kind", "cli")
@@ -95,8 +103,8 @@ class CliAgent(AgentKind):
     def providers(self, spec: AgentSpec) -> tuple[str, ...] | None:
         return get_adapter(spec.adapter).providers
 
-    def command(self, spec: AgentSpec) -> tuple[list[str], list[Path]]:
-        return [], [Path(f) for f in spec.files]  # the adapter builds the command line once the cell has a key
+    def command(self, spec: AgentSpec, task_prompt: Path | None = None) -> tuple[list[str], dict[str, Path]]:
+        return [], self.user_files(spec)  # the adapter builds the command line once the cell has a key
 
     def session(self, cell: CellSpec, cli_path: list[str]) -> AgentSession | None:
         adapter = get_adapter(cell.agent.adapter)

@@ -71,6 +71,7 @@ class InteractiveTask(Task):
     an expert's steps rendered the way the grader renders them."""
 
     interactive = True
+    environment_class: type[Environment]  # its render/parse module is what built-in agents get beside them
     eval_workers = 0  # processes stepping eval episodes while the model generates (0: in the grader's process)
 
     def environment(self) -> Environment:
@@ -109,6 +110,12 @@ def task_class(name: str) -> type[Task]:
 def is_interactive(spec: TaskSpec) -> bool:
     """Whether the task's class plays episodes (it then has a rollout service): a property of the class."""
     return task_class(spec.cls).interactive
+
+
+def prompt_file(spec: TaskSpec) -> Path | None:
+    """The file of the task's render/parse module (stdlib only), for an interactive task."""
+    cls = task_class(spec.cls)
+    return Path(cls.environment_class.prompt.__file__) if issubclass(cls, InteractiveTask) else None
 
 
 def build_task(spec: TaskSpec, cache_dir: str | Path | None = None, cls: type[Task] | None = None) -> Task:

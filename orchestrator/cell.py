@@ -23,7 +23,7 @@ from orchestrator.ledger import AGENT_ERROR, BUDGET_EXHAUSTED, COMPLETED, INFRA_
 from contracts.records import ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, TRACE, JsonlTail, write_json_durably
 from orchestrator.records import driver_event, outcome_event, status_event, submission_event, trace_event
 from contracts.specs import CellSpec
-from contracts.task import is_interactive
+from contracts.task import is_interactive, prompt_file
 from contracts.task_spec import TaskSpec
 from orchestrator.workspace import agent_env, materialise, task_material
 
@@ -77,12 +77,12 @@ def run_cell(config: dict) -> None:
     token = secrets.token_urlsafe(24)
     deadline = started + cell.budget.wall_time_s
     workspace = layout.workspace(cell.cell_id, attempt)
-    argv, agent_files = kind.command(cell.agent)
+    argv, code_files = kind.command(cell.agent, prompt_file(TaskSpec.from_config(cell.task)))
     run_info = {"grading_url": f"{opts['grading_url']}/{cell.task_name}", "run_token": token,
                 **({"rollout_url": f"{opts['grading_url']}/{cell.task_name}/env"}
                    if interactive else {}),
                 "started_at": started, "deadline": deadline}
-    materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info, agent_files=agent_files)
+    materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info, code_files=code_files)
 
     env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
     hidden, readonly = sandbox_paths(layout)

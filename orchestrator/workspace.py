@@ -4,8 +4,8 @@
   run.json          endpoints, token, budget, deadline, agent knobs (machine-readable)
   data/train.jsonl  the task's visible train split (the eval split never enters a workspace)
   model/            the base model: a link to the read-only model cache, never a copy
-  code/             the agent's code (snapshotted at each submission); starts with a built-in agent's script
-                    or the files listed in agent.files
+  code/             the agent's code (snapshotted at each submission); starts with a built-in agent's script,
+                    the agent client and the task's render/parse, or the files listed in agent.files
   output/           where models to submit go
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from contracts.specs import CellSpec
@@ -84,7 +85,7 @@ def task_material(task_cfg: dict, cache_dir: Path) -> Path:
 
 
 def materialise(workspace: Path, cell: CellSpec, *, material: Path, base_model_dir: Path,
-                run_info: dict, agent_files: list[Path] = ()) -> Path:
+                run_info: dict, code_files: Mapping[str, Path] | None = None) -> Path:
     if workspace.exists():  # a half-made workspace from a crashed attempt is never reused
         shutil.rmtree(workspace)
     (workspace / "data").mkdir(parents=True)
@@ -93,8 +94,8 @@ def materialise(workspace: Path, cell: CellSpec, *, material: Path, base_model_d
     (workspace / "instructions.md").write_text(instructions(cell, (material / "instructions.md").read_text()))
     shutil.copyfile(material / "train.jsonl", workspace / "data" / "train.jsonl")
     os.symlink(base_model_dir, workspace / "model", target_is_directory=True)
-    for path in agent_files:
-        shutil.copy2(path, workspace / "code" / path.name)
+    for name, path in (code_files or {}).items():  # what the agent's code/ starts with (name -> source)
+        shutil.copy2(path, workspace / "code" / name)
     run = {
         "cell_id": cell.cell_id,
         "task": cell.task_name,

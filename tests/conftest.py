@@ -57,6 +57,24 @@ def ray_cluster(cache_dir, grading_port):
     ray.shutdown()
 
 
+def load_script(path: Path):
+    """A built-in agent's script as a module, importing what lies beside it (the agent client, the task's
+    render/parse) as it does from a workspace's code/."""
+    import importlib.util
+    import sys
+
+    for name in ("a2rl_client", "task_prompt"):
+        sys.modules.pop(name, None)  # another folder's copies
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(f"agent_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
 def compose(overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir

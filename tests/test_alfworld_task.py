@@ -22,6 +22,7 @@ from evaluators.base_models import resolve_base_model  # noqa: E402
 from evaluators.evaluate import evaluate_loaded  # noqa: E402
 from contracts.task import load_task  # noqa: E402
 from contracts.task_spec import TaskSpec  # noqa: E402
+from tests.conftest import load_script  # noqa: E402
 from tests.test_rollout_service import SMALL_TASK, Client, service  # noqa: E402,F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,25 +154,18 @@ def test_the_base_model_through_the_grading_service(ray_cluster, cache_dir, grad
     assert len(items) == 2 and all(0 < item["steps"] <= 50 for item in items)
 
 
-def load_agent():
-    spec = importlib.util.spec_from_file_location("sft_grpo_agent", ROOT / "agents" / "builtin" / "sft_grpo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def load_agent(tmp_path: Path):
+    """sft_grpo as a cell gives it to the agent: in code/ beside the client and ALFWorld's render/parse."""
+    from agents.kinds import agent_kind
+    from contracts.specs import AgentSpec
+    from contracts.task import prompt_file
 
-
-def test_agent_prompts_match_the_graders(task):
-    from envs.alfworld.engine import AlfWorldGame
-    from envs.alfworld.prompt import SYSTEM_PROMPT, render
-
-    agent = load_agent()
-    with AlfWorldGame(task.train_games()[0]) as game:
-        obs, info = game.reset()
-        history = info["walkthrough"][:2]
-        for cmd in history:
-            obs, _, _, info = game.step(cmd)
-        ours = agent.step_messages(SYSTEM_PROMPT, game.task, obs, info["admissible_commands"], history)
-        assert ours == render(game.task, obs, info["admissible_commands"], history)
+    _, files = agent_kind("builtin").command(AgentSpec(name="sft_grpo", kind="builtin", script="sft_grpo"),
+                                             prompt_file(TaskSpec.from_config(SMALL_TASK)))
+    (tmp_path / "code").mkdir()
+    for name, source in files.items():
+        shutil.copy(source, tmp_path / "code" / name)
+    return load_script(tmp_path / "code" / "sft_grpo.py")
 
 
 def win_probability(model, tokenizer, states: list[dict]) -> float:
@@ -198,9 +192,9 @@ def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task,
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
     from envs.alfworld.engine import AlfWorldGame
-    from envs.alfworld.prompt import SYSTEM_PROMPT, render
+    from envs.alfworld.prompt import render
 
-    agent = load_agent()
+    agent = load_agent(tmp_path)
     torch.set_num_threads(1)
     set_seed(0)
     states = []
@@ -222,8 +216,8 @@ def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task,
     before = win_probability(model, tokenizer, states)
 
     client = Client(service)
-    env = agent.Env(service["url"], client.token)
-    reward = agent.EnvReward(env, agent.Policy(model, tokenizer, 12), SYSTEM_PROMPT, horizon=0)
+    env = agent.a2rl_client.Env({"rollout_url": service["url"], "grading_url": "unused", "run_token": client.token})
+    reward = agent.EnvReward(env, agent.Policy(model, tokenizer, 12), horizon=0)
     # Every step sees both states (a batch is the whole dataset): on a model this small, a batch without one of them
     # pulls that state's command away through shared weights.
     stats = agent.grpo_round(model, tokenizer, states, reward, args, 0, tmp_path, int(args["grpo_steps_per_round"]))

@@ -29,6 +29,7 @@ from contracts.registry import register
 from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
 from envs.alfworld import prompt
+from envs.alfworld.environment import AlfWorldEnvironment
 
 SALT_FILE = "alfworld-eval-salt"
 
@@ -58,6 +59,7 @@ def _expert_demonstrations(job: tuple) -> list[Demonstration]:
 
 @register("task", "alfworld")
 class AlfWorldTask(InteractiveTask):
+    environment_class = AlfWorldEnvironment
 
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, seed: int, task_types: list[str] | None,
                  max_receptacles_per_type: int | None, max_receptacles: int | None, max_steps: int, expert: str,
@@ -155,14 +157,12 @@ class AlfWorldTask(InteractiveTask):
         return list(self._splits["eval"])
 
     @cached_property
-    def _environment(self):
-        from envs.alfworld.environment import AlfWorldEnvironment
-
+    def _environment(self) -> AlfWorldEnvironment:
         games = {"train": self.train_games(), "eval": self.eval_games()}
         names = {path: self.game_name(path) for paths in games.values() for path in paths}
         return AlfWorldEnvironment(games, names, self.max_steps)
 
-    def environment(self):
+    def environment(self) -> AlfWorldEnvironment:
         return self._environment
 
     # -- rows -------------------------------------------------------------------------------------------------
