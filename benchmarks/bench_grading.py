@@ -69,7 +69,7 @@ def status_latency(cfg: dict, cache: Path, tmp: Path, samples: int = 60) -> tupl
     from contracts.runs import get_or_create_registry
     from contracts.task_spec import TaskSpec
     from evaluators.service import app_name, deploy
-    from orchestrator.runner import free_port
+    from orchestrator.services import free_port
 
     port = free_port("127.0.0.1")
     ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl",

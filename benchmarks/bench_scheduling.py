@@ -109,7 +109,7 @@ def main() -> None:
     from ray import serve
 
     from contracts.runs import get_or_create_registry
-    from orchestrator.runner import free_port
+    from orchestrator.services import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
