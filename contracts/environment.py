@@ -15,9 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 
-SPLITS = ("train", "eval")
-
-
 @dataclass(frozen=True)
 class Instance:
     """One playable instance of a split (a text game, a shopping instruction, ...)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -143,6 +142,3 @@ class Ledger:
             counts[row["status"]] += 1
         return counts
 
-
-def now() -> float:
-    return time.time()

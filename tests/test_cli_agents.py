@@ -24,7 +24,7 @@ import yaml
 
 from agents.cli import get_adapter
 from agents.cli.session import CliUnavailable, find_cli
-from agents.proxy.fake_upstream import FakeUpstream, Reply, shell_script
+from tests.support.fake_upstream import FakeUpstream, Reply, shell_script
 from agents.proxy.usage import Usage
 from orchestrator.ledger import Ledger
 from contracts.specs import ConfigError

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from agents.proxy import ProxyState, RetryPolicy, ThreadServer, make_app
-from agents.proxy import fake_upstream as fu
-from agents.proxy.fake_upstream import FakeUpstream, Reply, ToolCall
+from tests.support import fake_upstream as fu
+from tests.support.fake_upstream import FakeUpstream, Reply, ToolCall
 from agents.proxy.usage import StreamMeter, Usage
 
 ROOT = Path(__file__).resolve().parents[1]
