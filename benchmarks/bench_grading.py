@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import shutil
 import statistics
 import sys
 import tempfile
@@ -38,9 +37,9 @@ def task_cfg(model: str) -> dict:
 def throughput(cfg: dict, cache: Path, n: int, batch: int) -> tuple[float, float, bool]:
     import torch
 
+    from contracts.task import load_task
     from evaluators.backends.transformers_backend import TransformersBackend
     from evaluators.base_models import resolve_base_model
-    from contracts.task import load_task
 
     torch.set_num_threads(1)
     task = load_task(cfg)
@@ -65,9 +64,9 @@ def status_latency(cfg: dict, cache: Path, tmp: Path, samples: int = 60) -> tupl
     import torch
     from ray import serve
 
-    from evaluators.base_models import resolve_base_model
     from contracts.runs import get_or_create_registry
     from contracts.task_spec import TaskSpec
+    from evaluators.base_models import resolve_base_model
     from evaluators.service import app_name, deploy
     from orchestrator.services import free_port
 

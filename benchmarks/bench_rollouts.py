@@ -93,7 +93,8 @@ def bench_service(url: str, token: str, n_games: int, sessions: int, steps: int)
     lat = sorted(x for o in out for x in o["lat"])
     wall = max(o["wall"] for o in out)
     return {"sessions": sessions, "steps_per_s": round(len(lat) / wall, 1),
-            "step_ms_p50": round(1000 * lat[len(lat) // 2], 1), "step_ms_p95": round(1000 * lat[int(len(lat) * 0.95)], 1),
+            "step_ms_p50": round(1000 * lat[len(lat) // 2], 1),
+            "step_ms_p95": round(1000 * lat[int(len(lat) * 0.95)], 1),
             "reset_s_mean": round(statistics.mean(o["reset_s"] for o in out), 3)}
 
 
@@ -112,10 +113,10 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from envs import rollout_service
     from contracts.runs import get_or_create_registry
     from contracts.task import load_task
     from contracts.task_spec import TaskSpec
+    from envs import rollout_service
 
     cfg = task_cfg(a.games, a.hosts, a.replicas, max(levels))
     t = time.perf_counter()

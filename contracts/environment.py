@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 
+
 @dataclass(frozen=True)
 class Instance:
     """One playable instance of a split (a text game, a shopping instruction, ...)."""

@@ -6,9 +6,9 @@ A module registers what it defines under a name with a decorator, the way Inspec
     @register("task", "reasoning_gym")
     class ReasoningGymTask(Task): ...
 
-and a config names it (`cls: reasoning_gym`, `backend: transformers`, `kind: cli`). `lookup(kind, name)` finds it. A name
-is known once its module has been imported; the layer that looks names of a kind up says which packages define them
-(`search("evaluators.tasks", "envs")`), and a lookup that misses imports their modules once before it gives up.
+and a config names it (`cls: reasoning_gym`, `backend: transformers`, `kind: cli`); `lookup(kind, name)` finds it. A
+name is known once its module has been imported; the layer that looks names of a kind up says which packages define
+them (`search("evaluators.tasks", "envs")`), and a lookup that misses imports their modules once before it gives up.
 """
 from __future__ import annotations
 

@@ -94,11 +94,13 @@ class RunRegistry:
         return len(sessions)
 
 
-_owned = []  # the creator keeps a handle: a non-detached actor lives as long as its owner holds one
+_owned: list = []  # the creator keeps a handle: a non-detached actor lives as long as its owner holds one
 
 
 def get_or_create_registry():
-    handle = RunRegistry.options(name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True).remote()
+    # @ray.remote turns the class into an actor class with .options; ray's stubs do not tell mypy so
+    options = RunRegistry.options  # type: ignore[attr-defined]
+    handle = options(name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True).remote()
     ray.get(handle.__ray_ready__.remote())
     _owned.append(handle)  # never drop the first (owning) handle, or the actor dies with it
     return handle

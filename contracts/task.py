@@ -115,7 +115,12 @@ def is_interactive(spec: TaskSpec) -> bool:
 def prompt_file(spec: TaskSpec) -> Path | None:
     """The file of the task's render/parse module (stdlib only), for an interactive task."""
     cls = task_class(spec.cls)
-    return Path(cls.environment_class.prompt.__file__) if issubclass(cls, InteractiveTask) else None
+    if not issubclass(cls, InteractiveTask):
+        return None
+    module = cls.environment_class.prompt
+    if module.__file__ is None:
+        raise ValueError(f"task {spec.name}: its render/parse module {module.__name__} has no file to copy")
+    return Path(module.__file__)
 
 
 def build_task(spec: TaskSpec, cache_dir: str | Path | None = None, cls: type[Task] | None = None) -> Task:

@@ -11,13 +11,14 @@ ingress, the same run tokens as the grader (``Authorization: Bearer TOKEN``, che
   GET  /env/health
 
 Architecture: the Serve deployment is a stateless router (any number of replicas); sessions live in a fixed pool of
-``EnvHost`` actors, each holding many episodes of the task's Environment in its own process (engines such as the text
-games' are pure Python: one process steps ~30-40 games/s, so hosts are the unit of parallelism). A session id names its host (``<host>.<random>``), so every replica
-routes a session's requests to the same place. Per-run session counts live in the RunRegistry (one limit across all
-replicas and hosts). Hosts close sessions idle for ``idle_timeout_s`` and release them in the registry; the
-orchestrator closes a run's sessions when its cell ends (``close_run`` through the deployment handle). Eval instances
-never reach this service: routers and hosts get the train instances only, looked up by index or name.
-The API calls instances "games" and actions "commands", as agents have always used it.
+``EnvHost`` actors, each holding many episodes of the task's Environment in its own process (engines such as the
+text games' are pure Python: one process steps ~30-40 games/s, so hosts are the unit of parallelism). A session id
+names its host (``<host>.<random>``), so every replica routes a session's requests to the same place. Per-run
+session counts live in the RunRegistry (one limit across all replicas and hosts). Hosts close sessions idle for
+``idle_timeout_s`` and release them in the registry; the orchestrator closes a run's sessions when its cell ends
+(``close_run`` through the deployment handle). Eval instances never reach this service: routers and hosts get the
+train instances only, looked up by index or name. The API calls instances "games" and actions "commands", as agents
+have always used it.
 
 Why not one actor per session: an actor is a process (~1-2 s to start plus ~2 s to import the engine, ~150 MB);
 a pool of hosts starts once and creates a session in one engine reset (~0.5-0.8 s).
@@ -33,7 +34,6 @@ import random
 import secrets
 import threading
 import time
-from pathlib import Path
 
 import ray
 from fastapi import FastAPI, Request
@@ -227,8 +227,8 @@ async def json_body(request: Request) -> dict:
     try:
         body = await request.json()
     except Exception:
-        raise Refusal("bad_request", "the body must be a JSON object, e.g. {\"session_id\": ..., "
-                                           "\"command\": \"...\"}")
+        raise Refusal("bad_request", 'the body must be a JSON object, e.g. {"session_id": ..., "command": "..."}'
+                      ) from None
     if not isinstance(body, dict):
         raise Refusal("bad_request", "the body must be a JSON object")
     return body

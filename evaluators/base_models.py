@@ -7,8 +7,9 @@
   a directory     used as is
   anything else   a Hugging Face hub id, downloaded into the cache (needs network)
 
-Builders are registered by name (contracts.registry, kind "base_model"). Built models land in MODELS_DIR/<name>/ once (MODELS_DIR is CACHE_DIR/models); a build goes to a temp dir that is renamed into place under
-a file lock, so concurrent callers never see half a model.
+Builders are registered by name (contracts.registry, kind "base_model"). Built models land in MODELS_DIR/<name>/
+once (MODELS_DIR is CACHE_DIR/models); a build goes to a temp dir that is renamed into place under a file lock, so
+concurrent callers never see half a model.
 """
 from __future__ import annotations
 

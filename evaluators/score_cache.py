@@ -11,7 +11,6 @@ from pathlib import Path
 from contracts.records import write_json_durably
 from contracts.specs import task_identity
 
-
 # Bump when what a score means changes (scale, scoring rule), so no stale cached score is served.
 SCORING_VERSION = 2  # 2: scores are percentages
 

@@ -125,7 +125,7 @@ class Grader:
             try:
                 body = await request.json()
             except Exception:
-                raise Refusal("bad_request", 'the body must be JSON: {"model_path": "output/<dir>"}')
+                raise Refusal("bad_request", 'the body must be JSON: {"model_path": "output/<dir>"}') from None
             if not isinstance(body, dict):
                 raise Refusal("bad_request", 'the body must be a JSON object with "model_path"')
             model_dir = resolve_model_path(Path(run["workspace"]), body.get("model_path"))
@@ -153,7 +153,7 @@ class Grader:
         try:
             return self.backend.load(model_dir)
         except ModelLoadError as e:
-            raise Refusal("not_a_model", f"could not load {model_dir.name} as a causal LM: {e}")
+            raise Refusal("not_a_model", f"could not load {model_dir.name} as a causal LM: {e}") from None
 
     def _score(self, loaded, key: str) -> dict:
         """Score from the cache, or evaluate and cache it. Greedy decoding makes a key's score a constant."""

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from ray import tune
 
+from contracts.specs import CellSpec
 from orchestrator.cell_report import CellReport
 from orchestrator.ledger import INFRA_ERROR, Ledger
 from orchestrator.records import status_event
-from contracts.specs import CellSpec
 
 
 def cell_of(trial) -> CellSpec:
@@ -118,7 +118,8 @@ class WandbCallback(tune.Callback):
             self.root.mkdir(parents=True, exist_ok=True)
             self.runs[cell.cell_id] = wandb.init(
                 project=self.project, entity=self.entity, mode=self.mode, dir=str(self.root),
-                group=cell.sweep or None, name=f"{label(cell)}-{cell.cell_id[:6]}", id=f"{cell.cell_id}-{int(time.time())}",
+                group=cell.sweep or None, name=f"{label(cell)}-{cell.cell_id[:6]}",
+                id=f"{cell.cell_id}-{int(time.time())}",
                 tags=[f"agent:{cell.agent.name}", f"driver:{cell.driver.name}", f"task:{cell.task_name}",
                       f"seed:{cell.seed}"],
                 config={**cell.to_dict(), "cell_id": cell.cell_id}, reinit="create_new", settings=wandb.Settings(

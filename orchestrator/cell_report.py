@@ -69,4 +69,5 @@ class CellReport:
                    events=json.loads(result.get("events") or "[]"), started_at=result.get("started_at"),
                    baseline_score=result.get("baseline_score"), best_score=result.get("best_score"),
                    n_submissions=None if result.get("n_submissions") is None else int(result["n_submissions"]),
-                   outcome=Outcome.from_dict(json.loads(result["done_outcome"])) if result.get("done_outcome") else None)
+                   outcome=(Outcome.from_dict(json.loads(result["done_outcome"])) if result.get("done_outcome")
+                            else None))

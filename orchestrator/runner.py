@@ -9,11 +9,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from orchestrator import sandbox
 from contracts.layout import Layout
+from contracts.specs import CellSpec, ConfigError, to_plain
+from orchestrator import sandbox
 from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
 from orchestrator.records import reconcile
-from contracts.specs import CellSpec, ConfigError, to_plain
 from orchestrator.sweep import check_cluster, expand
 
 EMULATED_GPU = "emulated_gpu"

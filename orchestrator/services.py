@@ -21,7 +21,7 @@ from orchestrator.workspace import task_material
 
 @dataclass(frozen=True)
 class Endpoints:
-    grading_url: str                # http://host:port; a task's grader is at /<task>, its rollout service at /<task>/env
+    grading_url: str                # http://host:port: a task's grader at /<task>, its rollout service at /<task>/env
     driver_url: str | None          # the driver proxy's base URL for agents (None: no cell has a driver)
 
 

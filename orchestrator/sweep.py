@@ -6,7 +6,6 @@ entry and uses the composed config with its overrides.
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf

@@ -27,8 +27,8 @@ from envs.alfworld.generator import (  # noqa: E402
     write_game,
 )
 from envs.alfworld.prompt import SYSTEM_PROMPT, format_prompt, parse, render  # noqa: E402
-from evaluators.lockstep import play  # noqa: E402
 from envs.alfworld.real_data import ensure_task_in_grammar, real_splits, resolve_data_root  # noqa: E402
+from evaluators.lockstep import play  # noqa: E402
 
 SEEDS = {t: 7 + i for i, t in enumerate(TASK_TYPES)}
 
@@ -146,7 +146,7 @@ def test_expert_demonstrations_win_and_round_trip_through_the_parser(games):
         # The same actions replayed through the grader's loop win the game.
         commands = [d.action for d in demos]
 
-        def replay(chats):
+        def replay(chats, commands=commands):
             prev = chats[0][1]["content"].splitlines()[1].removeprefix("Previous commands: ")
             return [commands[0 if prev == "none" else len(prev.split("; "))]]
 

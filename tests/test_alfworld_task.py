@@ -2,7 +2,6 @@
 grading service), and a short online-RL run of the sft_grpo agent's GRPO against the real rollout service."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import secrets
 import shutil
@@ -16,12 +15,11 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
-from evaluators.backends.base import EvaluatorBackend  # noqa: E402
-from evaluators.backends.transformers_backend import TransformersBackend  # noqa: E402
-from evaluators.base_models import resolve_base_model  # noqa: E402
-from evaluators.evaluate import evaluate_loaded  # noqa: E402
 from contracts.task import load_task  # noqa: E402
 from contracts.task_spec import TaskSpec  # noqa: E402
+from evaluators.backends.base import EvaluatorBackend  # noqa: E402
+from evaluators.base_models import resolve_base_model  # noqa: E402
+from evaluators.evaluate import evaluate_loaded  # noqa: E402
 from tests.conftest import load_script  # noqa: E402
 from tests.test_rollout_service import SMALL_TASK, Client, service  # noqa: E402,F401  (fixture)
 
@@ -183,7 +181,7 @@ def win_probability(model, tokenizer, states: list[dict]) -> float:
     return total / len(states)
 
 
-def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task, base, tmp_path):
+def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task, base, tmp_path):  # noqa: F811
     """A short online-RL run of the sft_grpo agent's own code against the real rollout service: a brief SFT, then
     GRPO on each train game's state one command before the win, every sampled command rewarded by the real game
     (the service replays the prefix, then plays the command). Its expected reward (the policy's probability of the

@@ -24,12 +24,12 @@ import yaml
 
 from agents.cli import get_adapter
 from agents.cli.session import CliUnavailable, find_cli
-from tests.support.fake_upstream import FakeUpstream, Reply, shell_script
 from agents.proxy.usage import Usage
-from orchestrator.ledger import Ledger
 from contracts.specs import ConfigError
+from orchestrator.ledger import Ledger
 from orchestrator.sweep import expand
 from tests.conftest import ROOT, compose
+from tests.support.fake_upstream import FakeUpstream, shell_script
 
 CLIS = ("claude_code", "codex", "gemini_cli", "opencode")
 KEY_VAR = "A2RL_TEST_REAL_KEY"

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from contracts.specs import ConfigError
 import orchestrator.sweep as sweep_module
+from contracts.specs import ConfigError
 from orchestrator.sweep import check_cluster, expand, load_named
 from tests.conftest import ROOT, compose
 

@@ -6,7 +6,6 @@ imports a higher one, or a sibling, fails here before it is ever run.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 

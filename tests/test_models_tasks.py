@@ -17,11 +17,11 @@ import yaml
 
 from agents.kinds import agent_kind
 from contracts.specs import AgentSpec
+from contracts.task import load_task
 from evaluators.backends.base import ModelLoadError
 from evaluators.backends.transformers_backend import TransformersBackend
 from evaluators.base_models import resolve_base_model
 from evaluators.evaluate import evaluate
-from contracts.task import load_task
 from evaluators.tasks.reasoning_gym_task import final_number, numeric_score
 from tests.conftest import load_script
 

@@ -1,4 +1,4 @@
-"""Refusals are a stable code with its HTTP status and a message; the run registry says which, the services answer it."""
+"""Refusals are a stable code, its HTTP status and a message; the run registry says which, the services answer it."""
 from __future__ import annotations
 
 import pickle

@@ -29,10 +29,10 @@ SMALL_TASK = {
 def service(ray_cluster, cache_dir, grading_port):
     from ray import serve
 
-    from envs import rollout_service
     from contracts.runs import registry
     from contracts.task import load_task
     from contracts.task_spec import TaskSpec
+    from envs import rollout_service
 
     task = load_task(SMALL_TASK, cache_dir)
     route = rollout_service.deploy(TaskSpec.from_config(SMALL_TASK), str(cache_dir))

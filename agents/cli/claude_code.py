@@ -7,8 +7,8 @@ Token totals are in the final `result` event (per-message usage in stream-json i
 """
 from __future__ import annotations
 
-from contracts.registry import register
 from agents.cli.base import CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event
+from contracts.registry import register
 
 
 @register("cli_adapter", "claude_code")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from contracts.registry import register
 from agents.cli.base import CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event
+from contracts.registry import register
 
 KEY_VARIABLE = "A2RL_DRIVER_KEY"
 

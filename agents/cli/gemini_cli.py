@@ -7,9 +7,8 @@ workspace. Token totals are in the final `result` event.
 """
 from __future__ import annotations
 
+from agents.cli.base import CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event, write_json
 from contracts.registry import register
-from agents.cli.base import (CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event,
-                             write_json)
 
 
 @register("cli_adapter", "gemini_cli")

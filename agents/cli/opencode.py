@@ -9,9 +9,8 @@ is not in the trace (the proxy meters it like any other).
 """
 from __future__ import annotations
 
+from agents.cli.base import CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event, write_json
 from contracts.registry import register
-from agents.cli.base import (CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event,
-                             write_json)
 
 # driver provider -> (OpenCode provider id, path under the proxy, AI SDK package for a custom provider)
 PROVIDERS = {

@@ -18,8 +18,8 @@ import time
 from ray import serve
 
 from agents.proxy.app import ProxyState, make_app
-from contracts.serving import DRIVER_PROXY_APP
 from agents.proxy.upstream import RetryPolicy
+from contracts.serving import DRIVER_PROXY_APP
 
 APP_NAME = DRIVER_PROXY_APP
 ROUTE = "/driver"

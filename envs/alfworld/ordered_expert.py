@@ -6,11 +6,11 @@ it has searched, instead of first trying the receptacles that can hold the targe
 "where next" decision depends only on the admissible list and the previous commands. Longer trajectories (18 vs 10
 steps on average over 80 generated games, every one won within 50 steps).
 
-``ordered_demonstrations`` plays it with optional noise injection (DART, Laskey et al. 2017): with probability ``noise`` a
-step executes a perturbation instead of the expert's command (its previous command again, which the game answers
-"Nothing happens.", or a detour to a random receptacle). Perturbed steps are shown in later prompts' history but get
-no training row; every row is the expert's command from the state the perturbation led to, so a model sees how to
-recover from the loops and detours its own mistakes produce. An episode that does not win is discarded.
+``ordered_demonstrations`` plays it with optional noise injection (DART, Laskey et al. 2017): with probability
+``noise`` a step executes a perturbation instead of the expert's command (its previous command again, which the game
+answers "Nothing happens.", or a detour to a random receptacle). Perturbed steps are shown in later prompts' history
+but get no training row; every row is the expert's command from the state the perturbation led to, so a model sees
+how to recover from the loops and detours its own mistakes produce. An episode that does not win is discarded.
 """
 
 from __future__ import annotations

@@ -205,7 +205,8 @@ class AlfWorldTask(InteractiveTask):
         idle = self.rollout.idle_timeout_s
         max_new = self.grader.max_new_tokens
         n_games = len(self.train_games())
-        return f"""{self.description.strip() or "ALFWorld: household text games (find, take, clean, heat, cool, place)."}
+        default = "ALFWorld: household text games (find, take, clean, heat, cool, place)."
+        return f"""{self.description.strip() or default}
 
 You post-train a model that plays text household games ("put a clean mug in the coffeemachine", "look at the book
 under the desklamp", ...). Each step the model sees the task, its previous commands, the game's last answer and the
