@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import shutil
 import statistics
 import sys
 import tempfile
@@ -38,9 +37,9 @@ def task_cfg(model: str) -> dict:
 def throughput(cfg: dict, cache: Path, n: int, batch: int) -> tuple[float, float, bool]:
     import torch
 
+    from contracts.task import load_task
     from evaluators.backends.transformers_backend import TransformersBackend
     from evaluators.base_models import resolve_base_model
-    from evaluators.tasks.base import load_task
 
     torch.set_num_threads(1)
     task = load_task(cfg)
@@ -52,7 +51,7 @@ def throughput(cfg: dict, cache: Path, n: int, batch: int) -> tuple[float, float
         backend = TransformersBackend(batch_size=size, torch_threads=1)
         loaded = backend.load(model_dir)
         start = time.perf_counter()
-        results[size] = (backend.generate(loaded, conversations, cfg["grader"]["max_new_tokens"]),
+        results[size] = (backend.generate(loaded, conversations, task.grader.max_new_tokens),
                          time.perf_counter() - start)
         backend.unload(loaded)
     same = results[batch][0] == results[1][0]
@@ -65,17 +64,18 @@ def status_latency(cfg: dict, cache: Path, tmp: Path, samples: int = 60) -> tupl
     import torch
     from ray import serve
 
+    from contracts.runs import get_or_create_registry
+    from contracts.task_spec import TaskSpec
     from evaluators.base_models import resolve_base_model
-    from evaluators.runs import get_or_create_registry
     from evaluators.service import app_name, deploy
-    from orchestrator.runner import free_port
+    from orchestrator.services import free_port
 
     port = free_port("127.0.0.1")
     ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl",
              log_to_driver=False, logging_level="ERROR")
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     get_or_create_registry()
-    deploy(cfg, str(cache))
+    deploy(TaskSpec.from_config(cfg), str(cache))
     handle = serve.get_app_handle(app_name(cfg["name"]))
     url = f"http://127.0.0.1:{port}/{cfg['name']}"
     ws = tmp / "ws"

@@ -112,10 +112,10 @@ async def run(args) -> None:
     env = {**os.environ, "BENCH_KEY": real_key, "A2RL_PROXY_ADMIN_TOKEN": admin, "PYTHONUNBUFFERED": "1"}
     procs = []
     try:
-        fake, fake_url = start(["agents.proxy.fake_upstream", "--chunks", str(args.chunks)], env,
+        fake, fake_url = start(["tests.support.fake_upstream", "--chunks", str(args.chunks)], env,
                                "FAKE_UPSTREAM_URL")
         procs.append(fake)
-        paced, paced_url = start(["agents.proxy.fake_upstream", "--chunks", str(args.chunks),
+        paced, paced_url = start(["tests.support.fake_upstream", "--chunks", str(args.chunks),
                                   "--chunk-delay-s", str(args.chunk_delay_s)], env, "FAKE_UPSTREAM_URL")
         procs.append(paced)
         proxy, proxy_url = start(["agents.proxy", "--max-attempts", "1"], env, "A2RL_PROXY_URL")

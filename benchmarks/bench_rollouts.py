@@ -25,8 +25,10 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")  # as the orchestrator runs it: 
 
 
 def task_cfg(n_games: int, hosts: int, replicas: int, max_sessions: int) -> dict:
-    return {"name": "alfworld_bench", "cls": "evaluators.tasks.alfworld_task:AlfWorldTask", "level": 3,
-            "base_model": "tiny-alfworld", "n_train": n_games, "n_eval": 1, "seed": 7, "max_steps": 100_000,
+    from orchestrator.sweep import load_named
+
+    return {**load_named("task", "alfworld", "bench"), "name": "alfworld_bench", "n_train": n_games, "n_eval": 1,
+            "seed": 7, "max_steps": 100_000,
             "rollout": {"num_hosts": hosts, "num_replicas": replicas, "max_sessions_per_run": max_sessions,
                         "idle_timeout_s": 600}}
 
@@ -91,7 +93,8 @@ def bench_service(url: str, token: str, n_games: int, sessions: int, steps: int)
     lat = sorted(x for o in out for x in o["lat"])
     wall = max(o["wall"] for o in out)
     return {"sessions": sessions, "steps_per_s": round(len(lat) / wall, 1),
-            "step_ms_p50": round(1000 * lat[len(lat) // 2], 1), "step_ms_p95": round(1000 * lat[int(len(lat) * 0.95)], 1),
+            "step_ms_p50": round(1000 * lat[len(lat) // 2], 1),
+            "step_ms_p95": round(1000 * lat[int(len(lat) * 0.95)], 1),
             "reset_s_mean": round(statistics.mean(o["reset_s"] for o in out), 3)}
 
 
@@ -110,13 +113,14 @@ def main() -> None:
     import ray
     from ray import serve
 
+    from contracts.runs import get_or_create_registry
+    from contracts.task import load_task
+    from contracts.task_spec import TaskSpec
     from envs import rollout_service
-    from evaluators.runs import get_or_create_registry
-    from evaluators.tasks.base import load_task
 
     cfg = task_cfg(a.games, a.hosts, a.replicas, max(levels))
     t = time.perf_counter()
-    games = load_task({**cfg, "cache_dir": str(cache)}).train_games()
+    games = load_task(cfg, cache).train_games()
     build_s = time.perf_counter() - t
     result = {"games": len(games), "build_s": round(build_s, 1), "hosts": a.hosts, "replicas": a.replicas,
               "cpus": os.cpu_count()}
@@ -129,7 +133,7 @@ def main() -> None:
              logging_level="WARNING")
     serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config={"log_level": "WARNING"})
     registry = get_or_create_registry()
-    route = rollout_service.deploy(cfg, str(cache))
+    route = rollout_service.deploy(TaskSpec.from_config(cfg), str(cache))
     url = f"http://127.0.0.1:{port}{route}"
     token = secrets.token_urlsafe(16)
     ray.get(registry.register.remote(token, {"deadline": time.time() + 3600, "max_submissions": 1}))

@@ -47,10 +47,11 @@ def a2rl_cells(n: int, out: Path, cache: Path, port: int) -> tuple[float, float]
         cfg = compose(config_name="config", overrides=[
             "sweep=smoke", "sweep.agents=[noop]", f"sweep.seeds={n}", f"output_dir={out}", f"cache_dir={cache}",
             "logger=none", f"grading.port={port}", "grading.keep_running=true"])
+    from contracts.task_spec import TaskSpec
     from evaluators.service import deploy
 
     t0 = time.perf_counter()
-    deploy(_task(cfg), str(cache))  # warm: the grader is a once-per-sweep cost
+    deploy(TaskSpec.from_config(_task(cfg)), str(cache))  # warm: the grader is a once-per-sweep cost
     deploy_s = time.perf_counter() - t0
     start = time.perf_counter()
     run_sweep(cfg, out=io.StringIO())
@@ -69,7 +70,7 @@ def _task(cfg) -> dict:
 
 
 def workspace_setup(model_gb: float, root: Path) -> tuple[float, float]:
-    from orchestrator.specs import AgentSpec, Budget, CellSpec, DriverSpec
+    from contracts.specs import AgentSpec, Budget, CellSpec, DriverSpec
     from orchestrator.workspace import materialise
 
     model = root / "model"
@@ -107,8 +108,8 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from evaluators.runs import get_or_create_registry
-    from orchestrator.runner import free_port
+    from contracts.runs import get_or_create_registry
+    from orchestrator.services import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

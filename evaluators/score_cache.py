@@ -8,9 +8,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from orchestrator.records import write_json_durably
-from orchestrator.specs import task_identity
-
+from contracts.records import write_json_durably
+from contracts.specs import task_identity
 
 # Bump when what a score means changes (scale, scoring rule), so no stale cached score is served.
 SCORING_VERSION = 3  # 2: scores are percentages; 3: generated eval splits are salted with a secret

@@ -17,10 +17,14 @@ import time
 from pathlib import Path
 
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from ray import serve
 
+from contracts.refusals import Refusal
+from contracts.runs import run_token
+from contracts.task_spec import TaskSpec
 from evaluators.score_cache import ScoreCache, score_key, split_key
-from evaluators.submissions import SubmissionError, error_response, resolve_model_path, run_token
+from evaluators.submissions import resolve_model_path
 
 log = logging.getLogger("a2rl.grader")
 api = FastAPI(title="a2rl grading API")
@@ -28,10 +32,10 @@ api = FastAPI(title="a2rl grading API")
 
 async def driver_status(key: str) -> dict:
     """The run's LLM use so far, from the driver proxy's meter (the one that enforces the budget)."""
-    from agents.proxy.deployment import APP_NAME
+    from contracts.serving import DRIVER_PROXY_APP
 
     try:
-        usage = await serve.get_app_handle(APP_NAME).usage.remote(key)
+        usage = await serve.get_app_handle(DRIVER_PROXY_APP).usage.remote(key)
     except Exception as e:  # noqa: BLE001 - /status must answer even when the proxy cannot
         return {"driver_error": f"the driver proxy did not answer: {type(e).__name__}"}
 
@@ -44,37 +48,39 @@ async def driver_status(key: str) -> dict:
             "remaining_cost_usd": left(usage["max_cost_usd"], usage["cost_usd"]), "driver_calls": usage["calls"]}
 
 
+def refused(e: Refusal) -> JSONResponse:
+    return JSONResponse(status_code=e.status, content=e.body())
+
+
 @serve.deployment(max_ongoing_requests=256, health_check_period_s=10)
 @serve.ingress(api)
 class Grader:
-    def __init__(self, task_cfg: dict, cache_dir: str):
+    def __init__(self, task_cls: type, spec: TaskSpec, cache_dir: str):
         import torch
 
+        from contracts.runs import registry
+        from contracts.task import build_task
         from evaluators.backends import make_backend
         from evaluators.base_models import resolve_base_model
-        from evaluators.runs import registry
-        from evaluators.tasks.base import load_task
 
-        grader_cfg = task_cfg.get("grader", {})
-        torch.set_num_threads(max(1, int(grader_cfg.get("num_cpus", 1))))
-        self.task_cfg = task_cfg
-        self.task = load_task(task_cfg)
+        torch.set_num_threads(max(1, int(spec.grader.num_cpus)))
+        self.spec = spec
+        self.task = build_task(spec, cache_dir, task_cls)
         self.eval_rows = self.task.eval_rows()
-        self.max_new_tokens = int(grader_cfg.get("max_new_tokens", 64))
-        self.backend = make_backend(grader_cfg)
+        self.max_new_tokens = spec.grader.max_new_tokens
+        self.backend = make_backend(spec.grader)
         self.registry = registry()
-        self.scores = ScoreCache(Path(cache_dir) / "grading" / task_cfg["name"] / split_key(task_cfg))
+        self.scores = ScoreCache(Path(cache_dir) / "grading" / spec.name / split_key(spec.config))
         # Bounded evaluation concurrency per replica; /status and /health never wait on it.
-        self.slots = asyncio.Semaphore(int(grader_cfg.get("max_concurrent", 1)))
-        self.base_dir = resolve_base_model(task_cfg["base_model"], Path(cache_dir) / "models")
+        self.slots = asyncio.Semaphore(spec.grader.max_concurrent)
+        self.base_dir = resolve_base_model(spec.base_model, Path(cache_dir) / "models")
         base = self.backend.load(self.base_dir)
         try:
             self.base_digest = self.backend.weights_digest(base)
             self.baseline = self._score(base, score_key(self.base_dir, self.base_digest))["score"]  # cached
         finally:
             self.backend.unload(base)
-        log.info("grader %s ready: baseline %.4f on %d eval items", task_cfg["name"], self.baseline,
-                 len(self.eval_rows))
+        log.info("grader %s ready: baseline %.4f on %d eval items", spec.name, self.baseline, len(self.eval_rows))
 
     # -- orchestrator side (deployment handle) ------------------------------------------------------------------
     async def register_run(self, token: str, run: dict) -> dict:
@@ -93,16 +99,16 @@ class Grader:
     # -- agent side (HTTP) --------------------------------------------------------------------------------------
     @api.get("/health")
     async def health(self) -> dict:
-        return {"status": "ok", "task": self.task_cfg["name"], "baseline_score": self.baseline}
+        return {"status": "ok", "task": self.spec.name, "baseline_score": self.baseline}
 
     @api.get("/status")
     async def status(self, request: Request):
         try:
             run = await self._run(request)
-        except SubmissionError as e:
-            return error_response(e)
+        except Refusal as e:
+            return refused(e)
         now = time.time()
-        answer = {"task": self.task_cfg["name"], "elapsed_s": now - run["started_at"],
+        answer = {"task": self.spec.name, "elapsed_s": now - run["started_at"],
                   "remaining_s": max(0.0, run["deadline"] - now), "submissions_used": run["used"],
                   "remaining_submissions": run["max_submissions"] - run["used"], "evaluating": run["inflight"],
                   "best": run["best"], "baseline_score": self.baseline}
@@ -119,19 +125,18 @@ class Grader:
             try:
                 body = await request.json()
             except Exception:
-                raise SubmissionError(400, "bad_request", 'the body must be JSON: {"model_path": "output/<dir>"}')
+                raise Refusal("bad_request", 'the body must be JSON: {"model_path": "output/<dir>"}') from None
             if not isinstance(body, dict):
-                raise SubmissionError(400, "bad_request", 'the body must be a JSON object with "model_path"')
+                raise Refusal("bad_request", 'the body must be a JSON object with "model_path"')
             model_dir = resolve_model_path(Path(run["workspace"]), body.get("model_path"))
             if received >= run["deadline"]:
-                raise SubmissionError(409, "budget_exhausted", "time budget exhausted")
+                raise Refusal("budget_exhausted", "time budget exhausted")
             if run["used"] >= run["max_submissions"]:
-                raise SubmissionError(409, "budget_exhausted",
-                                      f"submission budget exhausted ({run['max_submissions']} used)")
+                raise Refusal("budget_exhausted", f"submission budget exhausted ({run['max_submissions']} used)")
             async with self.slots:
                 record = await self._grade(token, run, model_dir, body["model_path"], received)
-        except SubmissionError as e:
-            return error_response(e)
+        except Refusal as e:
+            return refused(e)
         return record
 
     # -- internals ----------------------------------------------------------------------------------------------
@@ -139,7 +144,7 @@ class Grader:
         token = token or run_token(request)
         run = await self.registry.get.remote(token)
         if run is None:
-            raise SubmissionError(401, "invalid_token", "unknown or expired run token")
+            raise Refusal("invalid_token", "unknown or expired run token")
         return run
 
     def _load(self, model_dir: Path):
@@ -148,7 +153,7 @@ class Grader:
         try:
             return self.backend.load(model_dir)
         except ModelLoadError as e:
-            raise SubmissionError(422, "not_a_model", f"could not load {model_dir.name} as a causal LM: {e}")
+            raise Refusal("not_a_model", f"could not load {model_dir.name} as a causal LM: {e}") from None
 
     def _score(self, loaded, key: str) -> dict:
         """Score from the cache, or evaluate and cache it. Greedy decoding makes a key's score a constant."""
@@ -164,15 +169,14 @@ class Grader:
         return {**entry, "cached": False}
 
     async def _grade(self, token: str, run: dict, model_dir: Path, given_path: str, received: float) -> dict:
-        from orchestrator.recording import snapshot_code
-        from orchestrator.records import append_jsonl
+        from contracts.code_snapshots import snapshot_code
+        from contracts.records import SUBMISSIONS, append_jsonl
 
         loaded = await asyncio.to_thread(self._load, model_dir)
         try:
-            submission_id, refused = await self.registry.reserve.remote(token)
-            if submission_id is None:
-                raise SubmissionError(409 if "budget" in refused else 401,
-                                      "budget_exhausted" if "budget" in refused else "invalid_token", refused)
+            submission_id, refusal = await self.registry.reserve.remote(token)
+            if refusal is not None:
+                raise refusal
             flags, error, score, eval_s = [], None, None, 0.0
             commit = None
             try:
@@ -205,7 +209,7 @@ class Grader:
             "elapsed_s": now - run["started_at"], "eval_s": eval_s, "flags": flags, "error": error,
             "digest": digest, "code_commit": commit,
         }
-        append_jsonl(Path(run["records_dir"]) / "submissions.jsonl", record)  # durable before the answer
+        append_jsonl(Path(run["records_dir"]) / SUBMISSIONS, record)  # durable before the answer
         return record
 
 
@@ -213,37 +217,27 @@ def app_name(task_name: str) -> str:
     return f"grader-{task_name}"
 
 
-_deployed: dict[str, str] = {}  # app name -> the config it was deployed with, by this process
-
-
-def deploy(task_cfg: dict, cache_dir: str, emulated_gpus: bool = False) -> str:
-    """Start the task's grading application, unless this process already runs it with the same config;
-    returns its route prefix.
+def deploy(spec: TaskSpec, cache_dir: str, emulated_gpus: bool = False) -> str:
+    """Start the task's grading application (unless this process runs it with the same settings already); returns
+    its route prefix.
 
     The grader reserves its own CPUs/GPUs (never a cell's): on a CPU box with emulated GPUs, its GPU
-    reservation is taken from the same emulated resource the cells use.
+    reservation is taken from the same emulated resource the cells use. Its replicas get the task's class itself
+    (pickled by reference, so their process imports the module that defines it).
     """
-    import json
+    from contracts.serving import deploy_once
+    from contracts.task import task_class
 
-    name = app_name(task_cfg["name"])
-    fingerprint = json.dumps([task_cfg, cache_dir, emulated_gpus], sort_keys=True, default=str)
-    app = serve.status().applications.get(name)
-    if _deployed.get(name) == fingerprint and app is not None and app.status == "RUNNING":
-        return f"/{task_cfg['name']}"
-    grader_cfg = task_cfg.get("grader", {})
-    gpus = grader_cfg.get("num_gpus", 0)
-    options = {"num_cpus": grader_cfg.get("num_cpus", 1)}
-    if gpus and emulated_gpus:
-        options["resources"] = {"emulated_gpu": gpus}
-    elif gpus:
-        options["num_gpus"] = gpus
-    deployment = Grader.options(name=name, num_replicas=grader_cfg.get("num_replicas", 1),
-                                ray_actor_options=options)
-    route = f"/{task_cfg['name']}"
-    serve.run(deployment.bind(task_cfg, cache_dir), name=name, route_prefix=route)
-    _deployed[name] = fingerprint
+    def build():
+        options: dict = {"num_cpus": spec.grader.num_cpus}
+        if spec.grader.num_gpus and emulated_gpus:
+            options["resources"] = {"emulated_gpu": spec.grader.num_gpus}
+        elif spec.grader.num_gpus:
+            options["num_gpus"] = spec.grader.num_gpus
+        deployment = Grader.options(name=app_name(spec.name), num_replicas=spec.grader.num_replicas,
+                                    ray_actor_options=options)
+        return deployment.bind(task_class(spec.cls), spec, cache_dir)
+
+    route = f"/{spec.name}"
+    deploy_once(app_name(spec.name), route, [spec.config, cache_dir, emulated_gpus], build)
     return route
-
-
-def forget(name: str) -> None:
-    _deployed.pop(name, None)

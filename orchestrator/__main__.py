@@ -15,7 +15,7 @@ os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from orchestrator.specs import ConfigError  # noqa: E402
+from contracts.specs import ConfigError  # noqa: E402
 from orchestrator.sweep import CONF_DIR, GROUPS, known  # noqa: E402
 
 
@@ -44,9 +44,9 @@ def sweep_main(cfg: DictConfig) -> None:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def report_main(cfg: DictConfig) -> None:
+    from contracts.specs import to_plain
     from orchestrator.analysis.report import build_report
     from orchestrator.callbacks import wandb_mode
-    from orchestrator.specs import to_plain
 
     filters = {k: v for k, v in (to_plain(cfg.filter) or {}).items() if v is not None}
     wandb_cfg = None

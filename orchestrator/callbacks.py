@@ -1,7 +1,6 @@
 """Tune callbacks on the orchestrator side: the ledger (the only writer) with a live progress line, and W&B."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -9,9 +8,10 @@ from pathlib import Path
 
 from ray import tune
 
+from contracts.specs import CellSpec
+from orchestrator.cell_report import CellReport
 from orchestrator.ledger import INFRA_ERROR, Ledger
 from orchestrator.records import status_event
-from orchestrator.specs import CellSpec
 
 
 def cell_of(trial) -> CellSpec:
@@ -43,28 +43,26 @@ class LedgerCallback(tune.Callback):
         self.stream = self.stream or sys.stdout
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        cell_id, attempt = result["cell_id"], int(result["attempt"])
-        if "started_at" in result:
-            self.ledger.mark_running(cell_id, attempt, float(result["started_at"]))
+        report = CellReport.from_metrics(result)
+        cell_id, attempt = report.cell_id, report.attempt
+        if report.started_at is not None:
+            self.ledger.mark_running(cell_id, attempt, float(report.started_at))
             self.progress(f"started {label(cell_of(trial))} (attempt {attempt})")
-        events = json.loads(result.get("events") or "[]")
-        if events:
-            self.ledger.add_events(cell_id, attempt, events)
-        if "n_submissions" in result:
-            self.ledger.update_scores(cell_id, result.get("baseline_score"), result.get("best_score"),
-                                      int(result["n_submissions"]))
-        for e in events:
+        if report.events:
+            self.ledger.add_events(cell_id, attempt, report.events)
+        if report.n_submissions is not None:
+            self.ledger.update_scores(cell_id, report.baseline_score, report.best_score, report.n_submissions)
+        for e in report.events:
             if e["kind"] == "submission":
                 p = e["payload"]
                 score = "error" if p.get("score") is None else f"{p['score']:.3f}"
                 flags = f" [{', '.join(p['flags'])}]" if p.get("flags") else ""
                 self.progress(f"{label(cell_of(trial))} submission {p['submission_id']}: score {score}{flags}")
-        if "done_outcome" in result:
-            outcome = json.loads(result["done_outcome"])
-            self.ledger.finish(cell_id, outcome["status"], outcome["ended_at"], outcome.get("error"),
-                               outcome.get("limit_hit"))
-            limit = f" ({outcome['limit_hit']})" if outcome.get("limit_hit") else ""
-            self.progress(f"finished {label(cell_of(trial))}: {outcome['status']}{limit}")
+        outcome = report.outcome
+        if outcome is not None:
+            self.ledger.finish(cell_id, outcome.status, outcome.ended_at, outcome.error, outcome.limit_hit)
+            limit = f" ({outcome.limit_hit})" if outcome.limit_hit else ""
+            self.progress(f"finished {label(cell_of(trial))}: {outcome.status}{limit}")
             self.write_report(cell_id)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
@@ -120,7 +118,8 @@ class WandbCallback(tune.Callback):
             self.root.mkdir(parents=True, exist_ok=True)
             self.runs[cell.cell_id] = wandb.init(
                 project=self.project, entity=self.entity, mode=self.mode, dir=str(self.root),
-                group=cell.sweep or None, name=f"{label(cell)}-{cell.cell_id[:6]}", id=f"{cell.cell_id}-{int(time.time())}",
+                group=cell.sweep or None, name=f"{label(cell)}-{cell.cell_id[:6]}",
+                id=f"{cell.cell_id}-{int(time.time())}",
                 tags=[f"agent:{cell.agent.name}", f"driver:{cell.driver.name}", f"task:{cell.task_name}",
                       f"seed:{cell.seed}"],
                 config={**cell.to_dict(), "cell_id": cell.cell_id}, reinit="create_new", settings=wandb.Settings(
@@ -128,10 +127,10 @@ class WandbCallback(tune.Callback):
         return self.runs[cell.cell_id]
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        events = json.loads(result.get("events") or "[]")
-        subs = [e for e in events if e["kind"] == "submission"]
-        calls = [e for e in events if e["kind"] == "driver_usage"]
-        if not subs and not calls and "done_outcome" not in result:
+        report = CellReport.from_metrics(result)
+        subs = [e for e in report.events if e["kind"] == "submission"]
+        calls = [e for e in report.events if e["kind"] == "driver_usage"]
+        if not subs and not calls and report.outcome is None:
             return
         run = self._run(trial)
         used = self.usage.setdefault(cell_of(trial).cell_id, {"tokens": 0, "cost_usd": 0.0, "calls": 0})
@@ -151,9 +150,8 @@ class WandbCallback(tune.Callback):
                      "submission/index": p["submission_id"], "elapsed_s": e["t"],
                        "submission/copy_of_base": int("copy_of_base" in (p.get("flags") or []))}
             run.log({k: v for k, v in metrics.items() if v is not None})
-        if "done_outcome" in result:
-            outcome = json.loads(result["done_outcome"])
-            run.summary.update({k: v for k, v in outcome.items() if k != "workspace"})
+        if report.outcome is not None:
+            run.summary.update({k: v for k, v in report.outcome.to_dict().items() if k != "workspace"})
             run.finish()
             self.runs.pop(cell_of(trial).cell_id, None)
             self.usage.pop(cell_of(trial).cell_id, None)

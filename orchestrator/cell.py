@@ -1,8 +1,10 @@
 """One cell, as a Ray Tune function trainable: workspace, run registration, sandboxed agent, budget, outcome.
 
-Everything the cell learns is reported to Tune (a Tune callback in the orchestrator writes the ledger) and is in
-durable record files first. An agent that crashes is a result (agent_error); only infrastructure failures raise,
-which is what Tune's retry (FailureConfig) retries.
+`run_cell` is five steps: claim an attempt, prepare the agent (a CLI that is not installed ends the cell there), start
+it (workspace, registrations, sandbox), watch it until it exits or a budget ends it, then stop everything and record
+the outcome. Everything the cell learns is in durable record files first and reported to Tune as a CellReport (a Tune
+callback in the orchestrator writes the ledger). An agent that crashes is a result (agent_error); only
+infrastructure failures raise, which is what Tune's retry (FailureConfig) retries.
 """
 from __future__ import annotations
 
@@ -11,17 +13,23 @@ import os
 import secrets
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ray import serve, tune
 
 from agents.cli.session import AgentSession, CliUnavailable
+from agents.kinds import AgentKind, agent_kind
+from contracts.layout import Layout
+from contracts.records import ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, TRACE, JsonlTail, write_json_durably
+from contracts.specs import CellSpec
+from contracts.task import is_interactive, prompt_file
+from contracts.task_spec import TaskSpec
 from orchestrator import sandbox
-from orchestrator.layout import Layout
-from orchestrator.ledger import AGENT_ERROR, BUDGET_EXHAUSTED, COMPLETED, INFRA_ERROR
-from orchestrator.records import (ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, TRACE, JsonlTail, driver_event,
-                                  outcome_event, status_event, submission_event, trace_event, write_json_durably)
-from orchestrator.specs import CellSpec
+from orchestrator.cell_report import CellReport, Outcome
+from orchestrator.ledger import AGENT_ERROR, BUDGET_EXHAUSTED, COMPLETED, INFRA_ERROR, RUNNING
+from orchestrator.records import driver_event, outcome_event, status_event, submission_event, trace_event
 from orchestrator.workspace import agent_env, materialise, task_material
 
 POLL_S = 0.2
@@ -46,52 +54,101 @@ def reachable(opts: dict) -> list[tuple[str, int]]:
     for url in (opts.get("grading_url"), opts.get("driver_url")):
         if url:
             parts = urlsplit(url)
-            out.append((parts.hostname, parts.port or 80))
+            out.append((parts.hostname or "127.0.0.1", parts.port or 80))
     return sorted(set(out))
 
 
-def agent_argv(cell: CellSpec) -> tuple[list[str], list[Path]]:
-    """The agent's command line and the files to copy into its code/ (a built-in agent's script, your files)."""
-    files = [Path(f) for f in cell.agent.files]
-    if cell.agent.kind == "builtin":
-        from agents.builtin import script_path
+@dataclass
+class Attempt:
+    """One attempt of a cell: its number, its records folder, when it started."""
+    cell: CellSpec
+    layout: Layout
+    number: int
+    started: float
 
-        script = script_path(cell.agent.script)
-        return [sys.executable, f"code/{script.name}"], [script, *files]
-    if cell.agent.kind == "cli":  # its adapter builds the command line once the cell has a driver key
-        return [], files
-    return ["/bin/bash", "-c", cell.agent.command], files
+    @property
+    def dir(self) -> Path:
+        return self.layout.attempt_dir(self.cell.cell_id, self.number)
+
+    def report(self, **fields: Any) -> None:
+        tune.report(CellReport(self.cell.cell_id, self.number, **fields).to_metrics())
+
+    def finish(self, outcome: Outcome, **scores: Any) -> None:
+        """The outcome, durable first, then to the ledger."""
+        write_json_durably(self.dir / OUTCOME, outcome.to_dict())
+        self.report(events=[outcome_event(self.cell.cell_id, self.number, outcome.to_dict())], outcome=outcome,
+                    **scores)
 
 
-def finish_unstarted(cell: CellSpec, attempt: int, adir: Path, started: float, error: str) -> None:
-    """End a cell whose agent cannot start (its CLI is not installed) as infra_error, reported as an outcome
+@dataclass
+class Records:
+    """The attempt's record files read as they grow (submissions, driver calls, the agent's trace) as ledger events,
+    and what they say so far."""
+    attempt: Attempt
+    session: AgentSession | None
+    best: float | None = None
+    submissions: int = 0
+    driver_calls: int = 0
+    trace_lines: int = 0
+    _tails: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._tails = {name: JsonlTail(self.attempt.dir / name) for name in (SUBMISSIONS, DRIVER_CALLS, TRACE)}
+
+    def new_events(self, final: bool = False) -> list[dict]:
+        cell_id, n, t0 = self.attempt.cell.cell_id, self.attempt.number, self.attempt.started
+        if self.session is not None:  # a CLI's own trace (its stdout) -> trace records
+            self.session.pump(self.attempt.dir / "agent.stdout", self.attempt.dir / TRACE, final)
+        events = []
+        for rec in self._tails[TRACE].read_new():
+            events.append(trace_event(cell_id, n, t0, rec, self.trace_lines))
+            self.trace_lines += 1
+        for rec in self._tails[SUBMISSIONS].read_new():
+            self.submissions += 1
+            if rec.get("score") is not None:
+                self.best = rec["score"] if self.best is None else max(self.best, rec["score"])
+            events.append(submission_event(cell_id, n, t0, rec))
+        for rec in self._tails[DRIVER_CALLS].read_new():
+            events.append(driver_event(cell_id, n, t0, rec, self.driver_calls))
+            self.driver_calls += 1
+        return events
+
+
+@dataclass
+class RunningAgent:
+    """A started agent and what it is registered with."""
+    workspace: Path
+    token: str
+    deadline: float
+    baseline_score: float | None
+    interactive: bool
+    process: sandbox.AgentProcess
+    started: float
+    grader: Any                     # the task's grading deployment handle
+
+
+def start_attempt(cell: CellSpec, layout: Layout) -> Attempt:
+    number = layout.new_attempt(cell.cell_id)
+    attempt = Attempt(cell, layout, number, time.time())
+    write_json_durably(attempt.dir / ATTEMPT, {"started_at": attempt.started, "attempt": number})
+    attempt.report(started_at=attempt.started, events=[status_event(cell.cell_id, number, 0.0, RUNNING)])
+    return attempt
+
+
+def unstarted(attempt: Attempt, error: str) -> Outcome:
+    """A cell whose agent cannot start (its CLI is not installed) ends as infra_error, reported as an outcome
     rather than raised: Tune's retry would only fail the same way. `rerun_errored=true` runs it once installed."""
-    ended = time.time()
-    outcome = {"status": INFRA_ERROR, "limit_hit": None, "exit_code": None, "error": error, "best_score": None,
-               "baseline_score": None, "n_submissions": 0, "started_at": started, "ended_at": ended,
-               "elapsed_s": ended - started, "agent_started": False}
-    write_json_durably(adir / OUTCOME, outcome)
-    tune.report({"cell_id": cell.cell_id, "attempt": attempt, "done_outcome": json.dumps(outcome),
-                 "events": json.dumps([outcome_event(cell.cell_id, attempt, outcome)])})
+    return Outcome(status=INFRA_ERROR, limit_hit=None, exit_code=None, error=error, best_score=None,
+                   baseline_score=None, n_submissions=0, started_at=attempt.started, ended_at=time.time(),
+                   details={"agent_started": False})
 
 
-def run_cell(config: dict) -> None:
-    cell = CellSpec.from_dict(config["cell"])
-    layout = Layout.from_dict(config["layout"])
-    opts = config["opts"]
-    attempt = layout.new_attempt(cell.cell_id)
-    adir = layout.attempt_dir(cell.cell_id, attempt)
-    started = time.time()
-    write_json_durably(adir / ATTEMPT, {"started_at": started, "attempt": attempt})
-    tune.report({"cell_id": cell.cell_id, "attempt": attempt, "started_at": started,
-                 "events": json.dumps([status_event(cell.cell_id, attempt, 0.0, "running")])})
-    try:  # an LLM-driven agent: its CLI must be installed before anything is registered or spent
-        session = AgentSession.prepare(cell, opts.get("cli_path"))
-    except CliUnavailable as e:
-        return finish_unstarted(cell, attempt, adir, started, str(e))
-
+def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None, opts: dict) -> RunningAgent:
+    """Workspace, run registration with the grader (and the driver proxy), then the agent in its sandbox."""
     from evaluators.base_models import resolve_base_model
     from evaluators.service import app_name
+
+    cell, layout = attempt.cell, attempt.layout
     material = task_material(cell.task, layout.cache_dir)
     base_model = resolve_base_model(cell.task["base_model"], layout.models_cache)
     grader = serve.get_app_handle(app_name(cell.task_name))
@@ -104,122 +161,139 @@ def run_cell(config: dict) -> None:
                                   **{k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}},
                           hidden=hidden, readonly=readonly, settings=settings, cell_id=cell.cell_id)
     deadline = time.time() + cell.budget.wall_time_s  # the budget starts now
-    workspace = layout.workspace(cell.cell_id, attempt)
-    argv, agent_files = agent_argv(cell)
+    workspace = layout.workspace(cell.cell_id, attempt.number)
+    spec = TaskSpec.from_config(cell.task)
+    argv, code_files = kind.command(cell.agent, prompt_file(spec))
     run_info = {"grading_url": f"{opts['grading_url']}/{cell.task_name}", "run_token": token,
-                **({"rollout_url": f"{opts['grading_url']}/{cell.task_name}/env"}
-                   if int(cell.task.get("level", 1)) == 3 else {}),
-                "started_at": started, "deadline": deadline}
-    materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info, agent_files=agent_files)
+                **({"rollout_url": f"{opts['grading_url']}/{cell.task_name}/env"} if is_interactive(spec) else {}),
+                "started_at": attempt.started, "deadline": deadline}
+    materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info,
+                code_files=code_files)
 
     env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
     if session is not None:  # the per-cell driver key (the real one stays in the proxy); a CLI's command line
-        argv = session.start(workspace, env, opts["driver_url"], adir / DRIVER_CALLS, argv)
+        argv = session.start(workspace, env, opts["driver_url"], attempt.dir / DRIVER_CALLS, argv)
         readonly += session.readonly_paths(hidden)
     try:
         registered = grader.register_run.remote(token, {
-            "cell_id": cell.cell_id, "workspace": str(workspace), "records_dir": str(adir),
-            "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": started, "deadline": deadline,
+            "cell_id": cell.cell_id, "workspace": str(workspace), "records_dir": str(attempt.dir),
+            "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": attempt.started, "deadline": deadline,
             "max_submissions": cell.budget.max_submissions,
             "driver_key": session.key if session is not None else None}).result()  # /status shows its tokens
-        proc = sandbox.start(argv, workspace, env, adir / "agent.stdout", adir / "agent.stderr",
-                             sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly, settings=settings,
-                             cell_id=cell.cell_id, forward=reachable(opts),
-                             memory_bytes=settings.memory_bytes(cell.budget))
+        process = sandbox.start(argv, workspace, env, attempt.dir / "agent.stdout", attempt.dir / "agent.stderr",
+                                sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly, settings=settings,
+                                cell_id=cell.cell_id, forward=reachable(opts),
+                                memory_bytes=settings.memory_bytes(cell.budget))
     except BaseException:
         if session is not None:
             session.close()
         raise
-    agent_started = time.time()
-    subs, calls, trace = JsonlTail(adir / SUBMISSIONS), JsonlTail(adir / DRIVER_CALLS), JsonlTail(adir / TRACE)
-    state = {"best": None, "n": 0, "driver_calls": 0, "trace": 0}
-    limit, exit_code, env_usage, resource_limit = None, None, None, None
+    return RunningAgent(workspace, token, deadline, registered["baseline_score"], is_interactive(spec), process,
+                        time.time(), grader)
 
-    def report_new(extra_events=(), final=False) -> None:
-        events = list(extra_events)
-        if session is not None:  # a CLI's own trace (its stdout) -> trace records
-            session.pump(adir / "agent.stdout", adir / TRACE, final)
-        for rec in trace.read_new():
-            events.append(trace_event(cell.cell_id, attempt, started, rec, state["trace"]))
-            state["trace"] += 1
-        for rec in subs.read_new():
-            state["n"] += 1
-            if rec.get("score") is not None:
-                state["best"] = rec["score"] if state["best"] is None else max(state["best"], rec["score"])
-            events.append(submission_event(cell.cell_id, attempt, started, rec))
-        for rec in calls.read_new():
-            events.append(driver_event(cell.cell_id, attempt, started, rec, state["driver_calls"]))
-            state["driver_calls"] += 1
+
+def watch(attempt: Attempt, agent: RunningAgent, records: Records) -> tuple[int | None, str | None, str | None]:
+    """Report what the records say until the agent exits (its exit code), a budget ends it (which one), or it hits
+    a resource limit of its sandbox (which, in words)."""
+    budget = attempt.cell.budget
+    while True:
+        events = records.new_events()
         if events:
-            tune.report({"cell_id": cell.cell_id, "attempt": attempt, "events": json.dumps(events),
-                         "baseline_score": registered["baseline_score"], "best_score": state["best"],
-                         "n_submissions": state["n"]})
+            attempt.report(events=events, baseline_score=agent.baseline_score, best_score=records.best,
+                           n_submissions=records.submissions)
+        exit_code = agent.process.poll()
+        if exit_code is not None:
+            return exit_code, None, None
+        if time.time() >= agent.deadline:
+            return None, "wall_time", None
+        if resource := agent.process.limit_hit():
+            return None, None, resource
+        if records.submissions >= budget.max_submissions:
+            return None, "submissions", None
+        if records.session is not None and (limit := records.session.limit_hit(records.driver_calls)):
+            return None, limit, None  # tokens or cost, as the driver proxy counts them
+        time.sleep(POLL_S)
 
-    try:
-        while True:
-            report_new()
-            exit_code = proc.poll()
-            if exit_code is not None:
-                break
-            if time.time() >= deadline:
-                limit = "wall_time"
-                break
-            if resource_limit := proc.limit_hit():
-                break
-            if state["n"] >= cell.budget.max_submissions:
-                limit = "submissions"
-                break
-            if session is not None and (limit := session.limit_hit(state["driver_calls"])):
-                break  # tokens or cost, as the driver proxy counts them
-            time.sleep(POLL_S)
-    finally:
-        agent_ended = time.time()
-        proc.kill_group(opts["kill_grace_s"])  # also when the agent exited: its children may live on
-        resource_limit = resource_limit or proc.limit_hit(final=True)  # e.g. the kernel's OOM kill ended it
-        proc.close()
-        if session is not None:
-            try:  # the key stops working; calls still in flight land in the records first
-                session.close()
-            except Exception as e:  # the calls are recorded already; this must not turn a result into an error
-                print(f"[a2rl] closing the driver key of {cell.cell_id} failed: {e!r}", file=sys.stderr)
-        still_running = grader.close_run.remote(token).result()
-        if int(cell.task.get("level", 1)) == 3:  # the run's environment sessions end with it
-            from envs.rollout_service import close_run as close_sessions
 
-            try:
-                env_usage = close_sessions(cell.task_name, token)
-            except Exception as e:  # idle sessions expire anyway; this must not turn a result into an infra error
-                print(f"[a2rl] closing the rollout sessions of {cell.cell_id} failed: {e!r}", file=sys.stderr)
-    report_new(final=True)
-    if limit is None and state["n"] >= cell.budget.max_submissions:
+def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, kill_grace_s: float) -> dict:
+    """Kill the agent's whole process group, close its driver key, grader run and environment sessions; returns
+    what that leaves to record (evaluations still running, the run's use of the environment)."""
+    cell_id = attempt.cell.cell_id
+    agent.process.kill_group(kill_grace_s)  # also when the agent exited: its children may live on
+    left: dict = {"resource_limit": agent.process.limit_hit(final=True)}  # e.g. the kernel's OOM kill ended it
+    agent.process.close()
+    if session is not None:
+        try:  # the key stops working; calls still in flight land in the records first
+            session.close()
+        except Exception as e:  # the calls are recorded already; this must not turn a result into an error
+            print(f"[a2rl] closing the driver key of {cell_id} failed: {e!r}", file=sys.stderr)
+    left["evaluations_unfinished"] = agent.grader.close_run.remote(agent.token).result()
+    if agent.interactive:  # the run's environment sessions end with it
+        from envs.rollout_service import close_run as close_sessions
+
+        try:
+            left["env_usage"] = close_sessions(attempt.cell.task_name, agent.token)
+        except Exception as e:  # idle sessions expire anyway; this must not turn a result into an infra error
+            print(f"[a2rl] closing the rollout sessions of {cell_id} failed: {e!r}", file=sys.stderr)
+    return left
+
+
+def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_code: int | None, limit: str | None,
+               agent_ended: float, left: dict) -> Outcome:
+    session = records.session
+    if limit is None and records.submissions >= attempt.cell.budget.max_submissions:
         limit = "submissions"  # the agent used its last submission and stopped: the budget ended it
     if limit is None and session is not None and session.final_usage is not None:
-        limit = session.limit_hit(state["driver_calls"])  # it stopped on a refused call: the budget ended it
-
-    if resource_limit is not None:  # the machine's limits, not the budget: the agent's fault
+        limit = session.limit_hit(records.driver_calls)  # it stopped on a refused call: the budget ended it
+    resource = left.get("resource_limit")
+    if resource is not None:  # the sandbox's limits, not the budget: the agent's fault
         status, limit = AGENT_ERROR, None
     elif limit is not None:
         status = BUDGET_EXHAUSTED
     else:
         status = COMPLETED if exit_code == 0 else AGENT_ERROR
     error = None
-    if resource_limit is not None:
-        error = resource_limit
+    if resource is not None:
+        error = resource
     elif status == AGENT_ERROR:
-        tail = (adir / "agent.stderr").read_text(errors="replace")[-2000:] if (adir / "agent.stderr").exists() else ""
+        stderr = attempt.dir / "agent.stderr"
+        tail = stderr.read_text(errors="replace")[-2000:] if stderr.exists() else ""
         error = f"agent exited with code {exit_code}: {tail.strip()[-500:]}"
     ended = time.time()
-    outcome = {"status": status, "limit_hit": limit, "exit_code": exit_code, "error": error,
-               "best_score": state["best"], "baseline_score": registered["baseline_score"],
-               "n_submissions": state["n"], **({"resource_limit": resource_limit} if resource_limit else {}),
-               "started_at": started, "ended_at": ended, "elapsed_s": ended - started,
-               "workspace": str(workspace), "evaluations_unfinished": still_running,
-               # the cell's own overhead: before the agent ran, and after it stopped (kill, waiting on grading)
-               "setup_s": agent_started - started, "teardown_s": ended - agent_ended,
-               **(session.summary() if session is not None else {}),
-               **({"env_usage": env_usage} if env_usage is not None else {})}
-    write_json_durably(adir / OUTCOME, outcome)
-    tune.report({"cell_id": cell.cell_id, "attempt": attempt, "done_outcome": json.dumps(outcome),
-                 "events": json.dumps([outcome_event(cell.cell_id, attempt, outcome)]),
-                 "baseline_score": registered["baseline_score"], "best_score": state["best"],
-                 "n_submissions": state["n"]})
+    env_usage = left.get("env_usage")
+    return Outcome(status=status, limit_hit=limit, exit_code=exit_code, error=error, best_score=records.best,
+                   baseline_score=agent.baseline_score, n_submissions=records.submissions,
+                   started_at=attempt.started, ended_at=ended, details={
+                       "workspace": str(agent.workspace), "evaluations_unfinished": left["evaluations_unfinished"],
+                       # the cell's own overhead: before the agent ran, and after it stopped (kill, waiting on grading)
+                       "setup_s": agent.started - attempt.started, "teardown_s": ended - agent_ended,
+                       **({"resource_limit": resource} if resource else {}),
+                       **(session.summary() if session is not None else {}),
+                       **({"env_usage": env_usage} if env_usage is not None else {})})
+
+
+def run_cell(config: dict) -> None:
+    cell = CellSpec.from_dict(config["cell"])
+    opts = config["opts"]
+    attempt = start_attempt(cell, Layout.from_dict(config["layout"]))
+    kind = agent_kind(cell.agent.kind)
+    try:  # an LLM-driven agent: its CLI must be installed before anything is registered or spent
+        session = kind.session(cell, list(opts.get("cli_path") or []))
+    except CliUnavailable as e:
+        return attempt.finish(unstarted(attempt, str(e)))
+    agent = start_agent(attempt, kind, session, opts)
+    records = Records(attempt, session)
+    exit_code, limit, resource, left = None, None, None, {}
+    try:
+        exit_code, limit, resource = watch(attempt, agent, records)
+    finally:
+        agent_ended = time.time()
+        left = stop(attempt, agent, session, opts["kill_grace_s"])
+        left["resource_limit"] = resource or left["resource_limit"]
+    events = records.new_events(final=True)
+    if events:
+        attempt.report(events=events, baseline_score=agent.baseline_score, best_score=records.best,
+                       n_submissions=records.submissions)
+    outcome = outcome_of(attempt, agent, records, exit_code, limit, agent_ended, left)
+    attempt.finish(outcome, baseline_score=agent.baseline_score, best_score=records.best,
+                   n_submissions=records.submissions)

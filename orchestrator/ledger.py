@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator.specs import CellSpec
+from contracts.specs import CellSpec
 
 PENDING, RUNNING = "pending", "running"
 COMPLETED, BUDGET_EXHAUSTED = "completed", "budget_exhausted"
@@ -143,6 +142,3 @@ class Ledger:
             counts[row["status"]] += 1
         return counts
 
-
-def now() -> float:
-    return time.time()

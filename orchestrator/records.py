@@ -1,89 +1,16 @@
-"""Per-cell record files: durable first, then the ledger.
+"""Per-cell record files (contracts.records) as ledger events, and the ledger reconciled from them.
 
-The grader (and later the driver proxy) appends one JSON line per submission (per call) and fsyncs it before it
-answers; the trial writes attempt.json when it starts and outcome.json when it ends. The ledger is derived from
-these files: live through the trial's reports, and again by `reconcile` when a sweep resumes after a crash.
+The grader appends one JSON line per submission, the driver proxy one per call, and both fsync before they answer;
+the trial writes attempt.json when it starts and outcome.json when it ends. The ledger is derived from these files:
+live through the trial's reports, and again by `reconcile` when a sweep resumes after a crash.
 """
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
+from contracts.layout import Layout
+from contracts.records import ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, TRACE, read_jsonl
 from orchestrator.ledger import ERRORED, FINISHED, PENDING, RUNNING, Ledger
-from orchestrator.layout import Layout
-
-
-def append_jsonl(path: Path, record: dict) -> None:
-    """Append one line and fsync it: once this returns, the record survives any crash."""
-    line = (json.dumps(record, default=str) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)  # one write with O_APPEND: concurrent writers never interleave within a line
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json_durably(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """Complete lines only: a line torn by a crash mid-write is ignored."""
-    if not path.exists():
-        return []
-    out = []
-    with open(path, "rb") as f:
-        for raw in f:
-            if not raw.endswith(b"\n"):
-                break
-            try:
-                out.append(json.loads(raw))
-            except json.JSONDecodeError:
-                continue
-    return out
-
-
-class JsonlTail:
-    """Reads the lines appended to a file since the last call."""
-
-    def __init__(self, path: Path):
-        self.path, self.offset = path, 0
-
-    def read_new(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        out = []
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            for raw in f:
-                if not raw.endswith(b"\n"):
-                    break  # the writer is mid-line; take it next time
-                self.offset += len(raw)
-                try:
-                    out.append(json.loads(raw))
-                except json.JSONDecodeError:
-                    continue
-        return out
-
-
-# -- records -> ledger events --------------------------------------------------------------------------------------
-SUBMISSIONS = "submissions.jsonl"
-DRIVER_CALLS = "driver_calls.jsonl"
-TRACE = "trace.jsonl"  # a CLI agent's own trace, parsed into events (agents/cli/base.py lists their types)
-ATTEMPT = "attempt.json"
-OUTCOME = "outcome.json"
 
 
 def submission_event(cell_id: str, attempt: int, started_at: float, rec: dict) -> dict:

@@ -8,7 +8,7 @@ first (largest first); then every cell's bundle must fit on some node's remainde
 """
 from __future__ import annotations
 
-from orchestrator.specs import ConfigError
+from contracts.specs import ConfigError
 
 EPS = 1e-9
 
@@ -32,17 +32,20 @@ def _take(need: dict, free: dict) -> None:
 
 def service_reservations(tasks: list[dict], gpu_key: str, proxy_cpus: float) -> list[tuple[str, str, dict]]:
     """(what, the knob to change, resources) for each replica or actor the sweep's services start."""
+    from contracts.task import is_interactive
+    from contracts.task_spec import TaskSpec
+
     out = []
     for task in tasks:
-        grader = task.get("grader") or {}
-        need = {"CPU": float(grader.get("num_cpus", 1)), gpu_key: float(grader.get("num_gpus", 0))}
-        for _ in range(int(grader.get("num_replicas", 1))):
-            out.append((f"the grader of task {task['name']}", "task.grader.num_gpus / num_cpus", need))
-        rollout = task.get("rollout") or {}
-        if int(task.get("level", 1)) == 3 and float(rollout.get("host_cpus", 0)):
-            for _ in range(int(rollout.get("num_hosts", 2))):
-                out.append((f"a rollout host of task {task['name']}", "task.rollout.host_cpus",
-                            {"CPU": float(rollout["host_cpus"])}))
+        spec = TaskSpec.from_config(task)
+        grader = spec.grader
+        for _ in range(grader.num_replicas):
+            out.append((f"the grader of task {spec.name}", "task.grader.num_gpus / num_cpus",
+                        {"CPU": grader.num_cpus, gpu_key: grader.num_gpus}))
+        if is_interactive(spec) and spec.rollout.host_cpus:
+            for _ in range(spec.rollout.num_hosts):
+                out.append((f"a rollout host of task {spec.name}", "task.rollout.host_cpus",
+                            {"CPU": spec.rollout.host_cpus}))
     if proxy_cpus:
         out.append(("the driver proxy", "driver_proxy.num_cpus", {"CPU": float(proxy_cpus)}))
     return out

@@ -1,8 +1,7 @@
-"""Run a sweep: expand, reconcile the ledger, start Ray and the graders, one Tune trial per pending cell."""
+"""Run a sweep: expand, reconcile the ledger, start Ray and the sweep's services, one Tune trial per pending cell."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -10,13 +9,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from contracts.layout import Layout
+from contracts.specs import CellSpec, ConfigError, to_plain
 from orchestrator import sandbox
-from orchestrator.layout import Layout
 from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
 from orchestrator.records import reconcile
-from orchestrator.specs import CellSpec, ConfigError, to_plain
 from orchestrator.sweep import check_cluster, expand
-from orchestrator.workspace import task_material
 
 EMULATED_GPU = "emulated_gpu"
 
@@ -72,12 +70,6 @@ def print_plan(plan: Plan, emulated: bool, out=sys.stdout) -> None:
           f"budgets imply at most {gpu_h:.1f} GPU-hours and {cpu_h:.1f} CPU-hours", file=out)
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
@@ -125,29 +117,6 @@ def start_ray(cluster: DictConfig) -> None:
         ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level="WARNING")
 
 
-def start_graders(cfg: DictConfig, tasks: list[dict], emulated: bool) -> str:
-    import logging
-
-    from ray import serve
-
-    logging.getLogger("ray.serve").setLevel(logging.WARNING)
-
-    from evaluators.runs import get_or_create_registry
-    from evaluators.service import deploy
-
-    get_or_create_registry()
-    port = cfg.grading.port or free_port(cfg.grading.host)
-    serve.start(http_options={"host": cfg.grading.host, "port": port}, logging_config={"log_level": "WARNING"})
-    for task in tasks:
-        deploy(task, str(Path(cfg.cache_dir).expanduser()), emulated_gpus=emulated)
-        task_material(task, Path(cfg.cache_dir).expanduser())  # once here, not in every cell
-        if int(task.get("level", 1)) == 3:  # interactive: the rollout service on the train games, at /<task>/env
-            from envs.rollout_service import deploy as deploy_rollouts
-
-            deploy_rollouts(task, str(Path(cfg.cache_dir).expanduser()))
-    return f"http://{cfg.grading.host}:{port}"
-
-
 def driver_keys(cells: list[CellSpec]) -> dict[str, str] | None:
     """The real keys the cells' drivers name, from this environment (None: no cell has a driver). Checked before
     anything starts; they go to the driver proxy only, never to an agent."""
@@ -163,14 +132,6 @@ def driver_keys(cells: list[CellSpec]) -> dict[str, str] | None:
         if var:
             keys[var] = os.environ[var]
     return keys
-
-
-def start_driver_proxy(cfg: DictConfig, keys: dict[str, str], grading_url: str) -> str:
-    """The sweep's driver proxy on the graders' Serve HTTP server; returns the agents' base URL for it."""
-    from agents.proxy.deployment import deploy
-
-    retry = {"max_attempts": int(cfg.driver_proxy.max_attempts), "base_s": float(cfg.driver_proxy.backoff_s)}
-    return grading_url + deploy(keys, retry, float(cfg.driver_proxy.num_cpus))
 
 
 def check_reservations(cfg, plan: Plan, tasks: list[dict], emulated: bool, with_proxy: bool, out) -> None:
@@ -191,12 +152,12 @@ def check_reservations(cfg, plan: Plan, tasks: list[dict], emulated: bool, with_
 def check_tasks(cells: list[CellSpec]) -> None:
     """Build each task once (constructors only read and check their config), so that a bad task setting is one clear
     line now, not a failed grader deployment after Ray has started."""
-    from evaluators.tasks.base import load_task
+    from contracts.task import load_task
 
     for task in {c.task_name: c.task for c in cells}.values():
         try:
             load_task(task)
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError) as e:  # a ConfigError already, or a constructor's check of its knobs
             raise ConfigError(str(e)) from None
 
 
@@ -254,10 +215,11 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
 
 def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool, emulated: bool, out) -> None:
     import ray
-    from ray import serve, tune
+    from ray import tune
 
     from orchestrator.callbacks import LedgerCallback, WandbCallback, label, wandb_mode
     from orchestrator.cell import run_cell
+    from orchestrator.services import sweep_services
 
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # the ledger and W&B are our loggers
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
@@ -266,56 +228,42 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
 
     logging.getLogger("ray.tune").setLevel(logging.ERROR)  # it would warn that our trials write no result.json
     started_ray = not ray.is_initialized()
-    # Tasks that keep files in the cache (ALFWorld games) find it through this variable in every Ray worker.
+    # Tasks that keep files in the cache (an environment's games) find it through this variable in every Ray worker.
     os.environ["A2RL_CACHE_DIR"] = str(Path(cfg.cache_dir).expanduser().resolve())
     keys = driver_keys(plan.to_run)  # a missing key fails here, before Ray starts
     if started_ray:
         start_ray(cfg.cluster)
     tasks = list({c.task_name: c.task for c in plan.to_run}.values())
+    local = started_ray and cfg.cluster.mode == "local"  # a local Ray takes Serve and every application with it
     try:
         check_reservations(cfg, plan, tasks, emulated, keys is not None, out)
-        url = start_graders(cfg, tasks, emulated)
-        driver_url = start_driver_proxy(cfg, keys, url) if keys is not None else None
-        callbacks = [LedgerCallback(ledger, [c.cell_id for c in plan.to_run], stream=out)]
-        if cfg.logger.kind == "wandb":
-            callbacks.append(WandbCallback(cfg.logger.project, cfg.logger.get("entity"), wandb_mode(cfg.logger.mode),
-                                           layout.output_dir))
-        opts = {"sandboxed": sandboxed, "kill_grace_s": float(cfg.sandbox.kill_grace_s), "grading_url": url,
-                "sandbox": to_plain(cfg.sandbox), "emulated": emulated,
-                "driver_url": driver_url, "cli_path": to_plain(cfg.get("cli_path")) or []}
-        trainable = tune.with_resources(
-            run_cell, lambda config: tune.PlacementGroupFactory(
-                [resources_of(CellSpec.from_dict(config["cell"]), emulated)]))
-        max_concurrent = cfg.cluster.max_concurrent_cells or None
-        tuner = tune.Tuner(
-            trainable,
-            param_space={"cell": tune.grid_search([c.to_dict() for c in plan.to_run]), "layout": layout.to_dict(),
-                         "opts": opts},
-            tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, reuse_actors=False,
-                                        trial_name_creator=lambda t: label(CellSpec.from_dict(t.config["cell"])),
-                                        trial_dirname_creator=lambda t: CellSpec.from_dict(t.config["cell"]).cell_id),
-            run_config=tune.RunConfig(name=f"{cfg.sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}",
-                                      storage_path=str(layout.output_dir / "tune"), verbose=0,
-                                      failure_config=tune.FailureConfig(max_failures=int(cfg.cluster.max_retries)),
-                                      callbacks=callbacks),
-        )
-        tuner.fit()
+        with sweep_services(cfg, tasks, keys, emulated, remove_on_exit=not local and not cfg.grading.keep_running
+                            ) as endpoints:
+            callbacks = [LedgerCallback(ledger, [c.cell_id for c in plan.to_run], stream=out)]
+            if cfg.logger.kind == "wandb":
+                callbacks.append(WandbCallback(cfg.logger.project, cfg.logger.get("entity"),
+                                               wandb_mode(cfg.logger.mode), layout.output_dir))
+            opts = {"sandboxed": sandboxed, "kill_grace_s": float(cfg.sandbox.kill_grace_s),
+                    "sandbox": to_plain(cfg.sandbox), "emulated": emulated,
+                    "grading_url": endpoints.grading_url, "driver_url": endpoints.driver_url,
+                    "cli_path": to_plain(cfg.get("cli_path")) or []}
+            trainable = tune.with_resources(
+                run_cell, lambda config: tune.PlacementGroupFactory(
+                    [resources_of(CellSpec.from_dict(config["cell"]), emulated)]))
+            tuner = tune.Tuner(
+                trainable,
+                param_space={"cell": tune.grid_search([c.to_dict() for c in plan.to_run]), "layout": layout.to_dict(),
+                             "opts": opts},
+                tune_config=tune.TuneConfig(
+                    max_concurrent_trials=cfg.cluster.max_concurrent_cells or None, reuse_actors=False,
+                    trial_name_creator=lambda t: label(CellSpec.from_dict(t.config["cell"])),
+                    trial_dirname_creator=lambda t: CellSpec.from_dict(t.config["cell"]).cell_id),
+                run_config=tune.RunConfig(name=f"{cfg.sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+                                          storage_path=str(layout.output_dir / "tune"), verbose=0,
+                                          failure_config=tune.FailureConfig(max_failures=int(cfg.cluster.max_retries)),
+                                          callbacks=callbacks),
+            )
+            tuner.fit()
     finally:
-        if started_ray and cfg.cluster.mode == "local":
-            ray.shutdown()  # takes Serve and every grader with it
-        elif not cfg.grading.keep_running:  # a shared cluster: remove only our applications
-            if keys is not None:
-                from agents.proxy import deployment
-
-                serve.delete(deployment.APP_NAME)
-                deployment.forget()
-            from evaluators.service import app_name, forget
-
-            for task in tasks:
-                serve.delete(app_name(task["name"]))
-                forget(app_name(task["name"]))
-                if int(task.get("level", 1)) == 3:
-                    from envs import rollout_service
-
-                    serve.delete(rollout_service.app_name(task["name"]))
-                    rollout_service.forget(rollout_service.app_name(task["name"]))
+        if local:
+            ray.shutdown()

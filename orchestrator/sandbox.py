@@ -30,7 +30,7 @@ from pathlib import Path
 
 from orchestrator.cgroups import CellCgroup
 from orchestrator.netrelay import PROXY_SOCKET, Relay
-from orchestrator.specs import ConfigError
+from contracts.specs import ConfigError
 
 INIT_SCRIPT = Path(__file__).with_name("sandbox_init.py")
 INSIDE = Path("/run/a2rl")                    # where the sandbox sees its init script and its sockets

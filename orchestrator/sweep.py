@@ -6,13 +6,13 @@ entry and uses the composed config with its overrides.
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from orchestrator.specs import AgentSpec, Budget, CellSpec, ConfigError, DriverSpec, to_plain
+from contracts.specs import AgentSpec, Budget, CellSpec, ConfigError, DriverSpec, to_plain
+from contracts.task_spec import TaskSpec
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("agent", "driver", "task", "sweep", "cluster", "logger", "budget")
@@ -91,46 +91,24 @@ def budget_of(cfg: DictConfig) -> Budget:
 
 
 def agent_spec(data: dict, where: str) -> AgentSpec:
-    kind = data.get("kind")
-    if kind not in ("builtin", "command", "cli"):
-        raise ConfigError(f"{where}.kind={kind!r} must be 'builtin', 'command' or 'cli'")
-    if kind == "command" and not data.get("command"):
-        raise ConfigError(f"{where}.command is empty; e.g. agent.command='python my_agent.py'")
-    if kind == "builtin" and not data.get("script"):
-        raise ConfigError(f"{where}.script is missing for builtin agent {data.get('name')!r}")
-    if kind == "cli":
-        from agents.cli import ADAPTERS
+    """The agent's kind checks its config (agents.kinds)."""
+    from agents.kinds import agent_kind
 
-        if data.get("adapter") not in ADAPTERS:
-            raise ConfigError(f"{where}.adapter={data.get('adapter')!r} is not a CLI adapter; known adapters: "
-                              f"{', '.join(sorted(ADAPTERS))}")
-    fields = {k: data[k] for k in ("name", "kind", "script", "command", "args", "needs_driver", "adapter", "version")
-              if k in data}
-    fields["args"] = fields.get("args") or {}
-    if kind == "cli":
-        fields["needs_driver"] = True  # a CLI scaffold is nothing without its LLM
-        if fields.get("version") is not None:
-            fields["version"] = str(fields["version"])
-    files = [Path(f).expanduser().resolve() for f in data.get("files") or []]
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        raise ConfigError(f"{where}.files: {missing} not found (paths are relative to where you run a2rl)")
-    if files:
-        digest = hashlib.sha256()
-        for f in files:
-            digest.update(f.name.encode() + b"\0" + f.read_bytes())
-        fields["files"], fields["files_sha"] = [str(f) for f in files], digest.hexdigest()[:16]
-    return AgentSpec(**fields)
+    try:
+        kind = agent_kind(data.get("kind"))
+    except ConfigError as e:
+        raise ConfigError(f"{where}.{e}") from None
+    return kind.spec(data, where)
 
 
 def driver_spec(data: dict) -> DriverSpec:
     provider = data.get("provider", "none")
     if provider != "none":
-        from agents.proxy.protocols import PROVIDERS
+        from agents.proxy.protocols import provider_names
 
-        if provider not in PROVIDERS:
+        if provider not in provider_names():
             raise ConfigError(f"driver {data.get('name')!r}: provider={provider!r} is unknown; use one of "
-                              f"{', '.join(PROVIDERS)} (the wire protocol its endpoint speaks)")
+                              f"{', '.join(provider_names())} (the wire protocol its endpoint speaks)")
         if not data.get("base_url"):
             raise ConfigError(f"driver {data.get('name')!r}: base_url is missing; e.g. https://api.anthropic.com")
     extra = {k: v for k, v in data.items() if k not in ("name", "provider", "model")}
@@ -138,9 +116,12 @@ def driver_spec(data: dict) -> DriverSpec:
 
 
 def compatible_drivers(agent: AgentSpec, drivers: list[DriverSpec]) -> list[DriverSpec]:
-    from agents.cli import get_adapter
+    """The drivers whose protocol the agent speaks (an agent that speaks any: all of them)."""
+    from agents.kinds import agent_kind
 
-    speaks = get_adapter(agent.adapter).providers
+    speaks = agent_kind(agent.kind).providers(agent)
+    if speaks is None:
+        return drivers
     paired = [d for d in drivers if d.provider in speaks]
     if not paired:
         fitting = [n for n in known("driver") if load_named("driver", n, "conf/driver").get("provider") in speaks]
@@ -150,10 +131,9 @@ def compatible_drivers(agent: AgentSpec, drivers: list[DriverSpec]) -> list[Driv
     return paired
 
 
-def check_task(data: dict, where: str) -> dict:
-    for key in ("name", "cls", "base_model"):
-        if not data.get(key):
-            raise ConfigError(f"{where}.{key} is missing")
+def check_task(data: dict) -> dict:
+    """The task's config as written (a cell's identity), once its spec reads without a config error."""
+    TaskSpec.from_config(data)
     return data
 
 
@@ -168,7 +148,7 @@ def expand(cfg: DictConfig) -> list[CellSpec]:
         where = "agent" if data is not None else f"sweep.agents ({name})"
         agents.append(agent_spec(data or load_named("agent", name, "sweep.agents"), where))
     drivers = [driver_spec(d or load_named("driver", n, "sweep.drivers")) for n, d in _names(cfg, "driver", "drivers")]
-    tasks = [check_task(d or load_named("task", n, "sweep.tasks"), f"task {n}") for n, d in _names(cfg, "task", "tasks")]
+    tasks = [check_task(d or load_named("task", n, "sweep.tasks")) for n, d in _names(cfg, "task", "tasks")]
     none_driver = DriverSpec(name="none")
 
     cells = []
@@ -179,8 +159,7 @@ def expand(cfg: DictConfig) -> list[CellSpec]:
                 if not paired:
                     raise ConfigError(f"agent {agent.name!r} needs an LLM driver but sweep.drivers has none; "
                                       f"add one of: {', '.join(d for d in known('driver') if d != 'none')}")
-                if agent.kind == "cli":  # a CLI is crossed only with the drivers whose protocol it speaks
-                    paired = compatible_drivers(agent, paired)
+                paired = compatible_drivers(agent, paired)  # a CLI: only those whose protocol it speaks
             else:
                 paired = [none_driver]  # reference agents need no LLM: one cell, not one per driver
             for driver in paired:

@@ -4,8 +4,8 @@
   run.json          endpoints, token, budget, deadline, agent knobs (machine-readable)
   data/train.jsonl  the task's visible train split (the eval split never enters a workspace)
   model/            the base model: a link to the read-only model cache, never a copy
-  code/             the agent's code (snapshotted at each submission); starts with a built-in agent's script
-                    or the files listed in agent.files
+  code/             the agent's code (snapshotted at each submission); starts with a built-in agent's script,
+                    the agent client and the task's render/parse, or the files listed in agent.files
   output/           where models to submit go
 """
 from __future__ import annotations
@@ -14,9 +14,10 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
-from orchestrator.specs import CellSpec
+from contracts.specs import CellSpec
 
 API_TEXT = """
 ## How you are graded
@@ -62,15 +63,15 @@ def task_material(task_cfg: dict, cache_dir: Path) -> Path:
     can take seconds and import heavy packages)."""
     import hashlib
 
-    from orchestrator.specs import task_identity
+    from contracts.specs import task_identity
 
     key = hashlib.sha256(json.dumps(task_identity(task_cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
     folder = cache_dir / "tasks" / f"{task_cfg['name']}-{key}"
     if (folder / "train.jsonl").exists():
         return folder
-    from evaluators.tasks.base import load_task
+    from contracts.task import load_task
 
-    task = load_task(task_cfg)
+    task = load_task(task_cfg, cache_dir)
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "instructions.md").write_text(task.instructions())
@@ -85,7 +86,7 @@ def task_material(task_cfg: dict, cache_dir: Path) -> Path:
 
 
 def materialise(workspace: Path, cell: CellSpec, *, material: Path, base_model_dir: Path,
-                run_info: dict, agent_files: list[Path] = ()) -> Path:
+                run_info: dict, code_files: Mapping[str, Path] | None = None) -> Path:
     if workspace.exists():  # a half-made workspace from a crashed attempt is never reused
         shutil.rmtree(workspace)
     (workspace / "data").mkdir(parents=True)
@@ -94,8 +95,8 @@ def materialise(workspace: Path, cell: CellSpec, *, material: Path, base_model_d
     (workspace / "instructions.md").write_text(instructions(cell, (material / "instructions.md").read_text()))
     shutil.copyfile(material / "train.jsonl", workspace / "data" / "train.jsonl")
     os.symlink(base_model_dir, workspace / "model", target_is_directory=True)
-    for path in agent_files:
-        shutil.copy2(path, workspace / "code" / path.name)
+    for name, path in (code_files or {}).items():  # what the agent's code/ starts with (name -> source)
+        shutil.copy2(path, workspace / "code" / name)
     run = {
         "cell_id": cell.cell_id,
         "task": cell.task_name,

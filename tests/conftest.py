@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import orchestrator  # noqa: F401  (tells the registry where task classes are, as a sweep does)
+
 os.environ.setdefault("RAY_AUTH_MODE", "token")  # as the orchestrator runs it: agents cannot connect
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -47,12 +49,30 @@ def ray_cluster(cache_dir, grading_port):
     ray.init(num_cpus=4, resources={"emulated_gpu": 1}, _node_ip_address="127.0.0.1", include_dashboard=False,
              namespace="a2rl", log_to_driver=False, logging_level="WARNING")
     serve.start(http_options={"host": "127.0.0.1", "port": grading_port}, logging_config={"log_level": "WARNING"})
-    from evaluators.runs import get_or_create_registry
+    from contracts.runs import get_or_create_registry
 
     get_or_create_registry()
     yield ray
     serve.shutdown()
     ray.shutdown()
+
+
+def load_script(path: Path):
+    """A built-in agent's script as a module, importing what lies beside it (the agent client, the task's
+    render/parse) as it does from a workspace's code/."""
+    import importlib.util
+    import sys
+
+    for name in ("a2rl_client", "task_prompt"):
+        sys.modules.pop(name, None)  # another folder's copies
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(f"agent_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
 
 
 def compose(overrides: list[str]):

@@ -14,7 +14,8 @@ pytest.importorskip("textworld")
 
 from envs.alfworld import game_sets  # noqa: E402
 from envs.alfworld.engine import AlfWorldGame  # noqa: E402
-from envs.alfworld.expert import expert_steps, expert_trajectories, trajectory_records  # noqa: E402
+from envs.alfworld.environment import AlfWorldEnvironment  # noqa: E402
+from envs.alfworld.expert import demonstrations, expert_demonstrations, expert_steps  # noqa: E402
 from envs.alfworld.generator import (  # noqa: E402
     EVAL_SEED_BASE,
     TASK_TYPES,
@@ -25,8 +26,9 @@ from envs.alfworld.generator import (  # noqa: E402
     split_fingerprints,
     write_game,
 )
-from envs.alfworld.prompt import SYSTEM_PROMPT, build_messages, format_prompt, parse_command, run_episode  # noqa: E402
+from envs.alfworld.prompt import SYSTEM_PROMPT, format_prompt, parse, render  # noqa: E402
 from envs.alfworld.real_data import ensure_task_in_grammar, real_splits, resolve_data_root  # noqa: E402
+from evaluators.lockstep import play  # noqa: E402
 
 SEEDS = {t: 7 + i for i, t in enumerate(TASK_TYPES)}
 
@@ -35,6 +37,11 @@ SEEDS = {t: 7 + i for i, t in enumerate(TASK_TYPES)}
 def games(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("alfworld_games")
     return {t: write_game(generate_game(SEEDS[t], t), root / t) for t in TASK_TYPES}
+
+
+def environment_of(*paths: Path, max_steps: int = 50) -> AlfWorldEnvironment:
+    """The games as eval instances, named by their folder."""
+    return AlfWorldEnvironment({"eval": list(paths)}, {p: p.parent.name for p in paths}, max_steps)
 
 
 def _admissible_from_prompt(prompt: str) -> list[str]:
@@ -120,59 +127,58 @@ def test_train_and_eval_splits_are_disjoint(tmp_path):
     assert split_fingerprints(other[0].parent) & eval_fps == set()
 
 
-def test_expert_trajectories_win_and_round_trip_through_the_parser(games):
+def test_expert_demonstrations_win_and_round_trip_through_the_parser(games):
     episodes = [expert_steps(p) for p in games.values()]
     for ep in episodes:
         assert ep["expert"] == "search", ep["task_type"]  # the non-omniscient expert solves every type
         assert 0 < len(ep["steps"]) <= 50
-        records = trajectory_records(ep)
-        assert len(records) == len(ep["steps"])
-        for rec in records:
-            system, user, assistant = rec["messages"]
+        demos = demonstrations(ep)
+        assert len(demos) == len(ep["steps"])
+        env = environment_of(Path(ep["game"]))
+        for d in demos:
+            system, user = env.render(d.goal, d.step, d.history)
             assert system == {"role": "system", "content": SYSTEM_PROMPT}
-            assert user["role"] == "user" and assistant["role"] == "assistant"
-            assert user["content"].startswith(f"Task: {ep['task'].rstrip('.')}.")
+            assert user["role"] == "user" and user["content"].startswith(f"Task: {ep['task'].rstrip('.')}.")
             admissible = _admissible_from_prompt(user["content"])
-            assert parse_command(assistant["content"], admissible) == assistant["content"]
-            assert assistant["content"] in admissible
+            assert parse(d.action, admissible) == d.action and d.action in admissible
         if ep["task_type"] not in ("pick_two_obj_and_place", "look_at_obj_in_light"):
             continue
-        # The same data replayed through the grader's loop wins the game.
-        commands = [r["messages"][2]["content"] for r in records]
+        # The same actions replayed through the grader's loop win the game.
+        commands = [d.action for d in demos]
 
-        def replay(messages):
-            prev = messages[1]["content"].splitlines()[1].removeprefix("Previous commands: ")
-            n = 0 if prev == "none" else len(prev.split("; "))
-            return commands[n]
+        def replay(chats, commands=commands):
+            prev = chats[0][1]["content"].splitlines()[1].removeprefix("Previous commands: ")
+            return [commands[0 if prev == "none" else len(prev.split("; "))]]
 
-        result = run_episode(ep["game"], replay)
-        assert result["won"] and result["commands"] == commands
-    planner = expert_trajectories([games["pick_two_obj_and_place"]], mode="planner")
-    assert [r["messages"][2]["content"] for r in planner] == json.loads(
-        games["pick_two_obj_and_place"].read_text())["walkthrough"]
+        [result] = play(env, env.instances("eval"), replay)
+        assert result["won"] and result["score"] == 1.0 and result["actions"] == commands
+    planner = expert_demonstrations([games["pick_two_obj_and_place"]], mode="planner")
+    assert [d.action for d in planner] == json.loads(games["pick_two_obj_and_place"].read_text())["walkthrough"]
 
 
-def test_parse_command_is_lenient_and_never_fails():
+def test_parse_is_lenient_and_never_fails():
     adm = ["go to cabinet 1", "go to cabinet 10", "take mug 1 from cabinet 1", "look"]
-    assert parse_command("go to cabinet 10", adm) == "go to cabinet 10"
-    assert parse_command("  Action: Go to Cabinet 1.\nthen more", adm) == "go to cabinet 1"
-    assert parse_command("> take mug 1 from cabinet 1", adm) == "take mug 1 from cabinet 1"
-    assert parse_command('"look"', adm) == "look"
-    assert parse_command("go to cabinet 1 because it may hold a mug", adm) == "go to cabinet 1"
-    assert parse_command("<think>hmm</think>look<|im_end|>", adm) == "look"
-    assert parse_command("dance", adm) == "dance"
-    assert parse_command("", adm) == ""
+    assert parse("go to cabinet 10", adm) == "go to cabinet 10"
+    assert parse("  Action: Go to Cabinet 1.\nthen more", adm) == "go to cabinet 1"
+    assert parse("> take mug 1 from cabinet 1", adm) == "take mug 1 from cabinet 1"
+    assert parse('"look"', adm) == "look"
+    assert parse("go to cabinet 1 because it may hold a mug", adm) == "go to cabinet 1"
+    assert parse("<think>hmm</think>look<|im_end|>", adm) == "look"
+    assert parse("dance", adm) == "dance"
+    assert parse("", adm) == ""
     prompt = format_prompt("put a mug in cabinet.", "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in a room.\n\n"
                            "Your task is to: put a mug in cabinet.", adm, ["look"])
     assert prompt.splitlines()[:3] == ["Task: put a mug in cabinet.", "Previous commands: look",
                                        "Observation: You are in a room."]
     assert _admissible_from_prompt(prompt) == adm
-    assert build_messages("t", "o", adm)[1]["content"].splitlines()[1] == "Previous commands: none"
+    assert render("t", "o", adm)[1]["content"].splitlines()[1] == "Previous commands: none"
 
 
 def test_a_policy_that_says_nonsense_loses_without_errors(games):
-    result = run_episode(games["look_at_obj_in_light"], lambda messages: "I think I will dance.", max_steps=3)
-    assert result == {"won": False, "steps": 3, "task": result["task"], "commands": ["i think i will dance"] * 3,
+    env = environment_of(games["look_at_obj_in_light"], max_steps=3)
+    [result] = play(env, env.instances("eval"), lambda chats: ["I think I will dance."] * len(chats))
+    assert result == {"instance": "look_at_obj_in_light", "won": False, "score": 0.0, "steps": 3,
+                      "goal": result["goal"], "actions": ["i think i will dance"] * 3,
                       "replies": ["I think I will dance."] * 3}
 
 

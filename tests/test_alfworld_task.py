@@ -2,7 +2,6 @@
 grading service), and a short online-RL run of the sft_grpo agent's GRPO against the real rollout service."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import secrets
 import shutil
@@ -16,11 +15,12 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
+from contracts.task import load_task  # noqa: E402
+from contracts.task_spec import TaskSpec  # noqa: E402
 from evaluators.backends.base import EvaluatorBackend  # noqa: E402
-from evaluators.backends.transformers_backend import TransformersBackend  # noqa: E402
 from evaluators.base_models import resolve_base_model  # noqa: E402
 from evaluators.evaluate import evaluate_loaded  # noqa: E402
-from evaluators.tasks.base import load_task  # noqa: E402
+from tests.conftest import load_script  # noqa: E402
 from tests.test_rollout_service import SMALL_TASK, Client, service  # noqa: E402,F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def task(cache_dir):
-    return load_task({**SMALL_TASK, "cache_dir": str(cache_dir)})
+    return load_task(SMALL_TASK, cache_dir)
 
 
 @pytest.fixture(scope="module")
@@ -83,17 +83,17 @@ def test_splits_are_salted_hidden_and_disjoint(task, cache_dir):
     manifest = json.loads((evals[0].parent.parent / "manifest.json").read_text())
     assert manifest["salted"] is True
     assert not split_fingerprints(train[0].parent.parent) & split_fingerprints(evals[0].parent.parent)
-    again = load_task({**SMALL_TASK, "cache_dir": str(cache_dir)})
+    again = load_task(SMALL_TASK, cache_dir)
     assert again.eval_games() == evals  # built once, found again
 
 
 def test_expert_rows_built_in_processes_are_the_same(task, tmp_path):
-    parallel = load_task({**SMALL_TASK, "cache_dir": str(tmp_path), "build_workers": 2})
+    parallel = load_task({**SMALL_TASK, "build_workers": 2}, tmp_path)
     assert parallel.train_rows() == task.train_rows()
 
 
 def test_train_rows_are_expert_steps_in_the_graders_format(task):
-    from envs.alfworld.prompt import SYSTEM_PROMPT, parse_command
+    from envs.alfworld.prompt import SYSTEM_PROMPT, parse
 
     rows = task.train_rows()
     games = {p.parent.name for p in task.train_games()}
@@ -102,7 +102,7 @@ def test_train_rows_are_expert_steps_in_the_graders_format(task):
         system, user = row["messages"]
         assert system == {"role": "system", "content": SYSTEM_PROMPT} and user["content"] == row["prompt"]
         admissible = row["prompt"].split("Admissible commands:\n")[1].split("\nReply with")[0].splitlines()
-        assert row["completion"] in admissible and parse_command(row["completion"], admissible) == row["completion"]
+        assert row["completion"] in admissible and parse(row["completion"], admissible) == row["completion"]
         assert task.messages(row) == row["messages"]
     text = task.instructions()
     for needle in ("/env/reset", "/env/step", "Admissible commands:", SYSTEM_PROMPT, "100 x the fraction"):
@@ -116,10 +116,11 @@ def test_grading_plays_every_eval_game_in_lockstep(task):
     assert result["score"] == 100.0 and result["n"] == 2
     assert [item["score"] for item in result["items"]] == [1.0, 1.0]
     assert expert.batches[0] == 2  # one batched call per step over the active games
-    from envs.alfworld.rollouts import play_batch  # the same games stepped by two worker processes
+    from evaluators.lockstep import play  # the same games stepped by two worker processes
 
+    env = task.environment()
     generate = lambda chats: expert.generate("scripted", chats, 12)  # noqa: E731
-    assert play_batch(task.eval_games(), generate, workers=2) == play_batch(task.eval_games(), generate, workers=0)
+    assert play(env, env.instances("eval"), generate, workers=2) == play(env, env.instances("eval"), generate)
     babbler = ScriptedBackend(fixed="I would like to fly.")
     result = evaluate_loaded(task, babbler, "scripted", rows, 12)
     assert result["score"] == 0.0 and all(item["steps"] == 50 for item in result["items"])
@@ -132,7 +133,7 @@ def test_the_base_model_through_the_grading_service(ray_cluster, cache_dir, grad
 
     from evaluators.service import app_name, deploy
 
-    deploy(SMALL_TASK, str(cache_dir), emulated_gpus=True)
+    deploy(TaskSpec.from_config(SMALL_TASK), str(cache_dir), emulated_gpus=True)
     handle = serve.get_app_handle(app_name(SMALL_TASK["name"]))
     workspace = tmp_path / "ws"
     (workspace / "output").mkdir(parents=True)
@@ -151,25 +152,18 @@ def test_the_base_model_through_the_grading_service(ray_cluster, cache_dir, grad
     assert len(items) == 2 and all(0 < item["steps"] <= 50 for item in items)
 
 
-def load_agent():
-    spec = importlib.util.spec_from_file_location("sft_grpo_agent", ROOT / "agents" / "builtin" / "sft_grpo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def load_agent(tmp_path: Path):
+    """sft_grpo as a cell gives it to the agent: in code/ beside the client and ALFWorld's render/parse."""
+    from agents.kinds import agent_kind
+    from contracts.specs import AgentSpec
+    from contracts.task import prompt_file
 
-
-def test_agent_prompts_match_the_graders(task):
-    from envs.alfworld.engine import AlfWorldGame
-    from envs.alfworld.prompt import SYSTEM_PROMPT, build_messages
-
-    agent = load_agent()
-    with AlfWorldGame(task.train_games()[0]) as game:
-        obs, info = game.reset()
-        history = info["walkthrough"][:2]
-        for cmd in history:
-            obs, _, _, info = game.step(cmd)
-        ours = agent.step_messages(SYSTEM_PROMPT, game.task, obs, info["admissible_commands"], history)
-        assert ours == build_messages(game.task, obs, info["admissible_commands"], history)
+    _, files = agent_kind("builtin").command(AgentSpec(name="sft_grpo", kind="builtin", script="sft_grpo"),
+                                             prompt_file(TaskSpec.from_config(SMALL_TASK)))
+    (tmp_path / "code").mkdir()
+    for name, source in files.items():
+        shutil.copy(source, tmp_path / "code" / name)
+    return load_script(tmp_path / "code" / "sft_grpo.py")
 
 
 def win_probability(model, tokenizer, states: list[dict]) -> float:
@@ -187,7 +181,7 @@ def win_probability(model, tokenizer, states: list[dict]) -> float:
     return total / len(states)
 
 
-def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task, base, tmp_path):
+def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task, base, tmp_path):  # noqa: F811
     """A short online-RL run of the sft_grpo agent's own code against the real rollout service: a brief SFT, then
     GRPO on each train game's state one command before the win, every sampled command rewarded by the real game
     (the service replays the prefix, then plays the command). Its expected reward (the policy's probability of the
@@ -196,9 +190,9 @@ def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task,
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
     from envs.alfworld.engine import AlfWorldGame
-    from envs.alfworld.prompt import SYSTEM_PROMPT, build_messages
+    from envs.alfworld.prompt import render
 
-    agent = load_agent()
+    agent = load_agent(tmp_path)
     torch.set_num_threads(1)
     set_seed(0)
     states = []
@@ -208,7 +202,7 @@ def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task,
             obs, info = game.reset()
             for cmd in plan[:-1]:
                 obs, _, _, info = game.step(cmd)
-            states.append({"messages": build_messages(game.task, obs, info["admissible_commands"], plan[:-1]),
+            states.append({"messages": render(game.task, obs, info["admissible_commands"], plan[:-1]),
                            "game": path.parent.name, "prefix": plan[:-1], "win": plan[-1],
                            "admissible": info["admissible_commands"]})
     tokenizer = AutoTokenizer.from_pretrained(base)
@@ -220,8 +214,8 @@ def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task,
     before = win_probability(model, tokenizer, states)
 
     client = Client(service)
-    env = agent.Env(service["url"], client.token)
-    reward = agent.EnvReward(env, agent.Policy(model, tokenizer, 12), SYSTEM_PROMPT, horizon=0)
+    env = agent.a2rl_client.Env({"rollout_url": service["url"], "grading_url": "unused", "run_token": client.token})
+    reward = agent.EnvReward(env, agent.Policy(model, tokenizer, 12), horizon=0)
     # Every step sees both states (a batch is the whole dataset): on a model this small, a batch without one of them
     # pulls that state's command away through shared weights.
     stats = agent.grpo_round(model, tokenizer, states, reward, args, 0, tmp_path, int(args["grpo_steps_per_round"]))

@@ -24,12 +24,12 @@ import yaml
 
 from agents.cli import get_adapter
 from agents.cli.session import CliUnavailable, find_cli
-from agents.proxy.fake_upstream import FakeUpstream, Reply, shell_script
 from agents.proxy.usage import Usage
+from contracts.specs import ConfigError
 from orchestrator.ledger import Ledger
-from orchestrator.specs import ConfigError
 from orchestrator.sweep import expand
 from tests.conftest import ROOT, compose
+from tests.support.fake_upstream import FakeUpstream, shell_script
 
 CLIS = ("claude_code", "codex", "gemini_cli", "opencode")
 KEY_VAR = "A2RL_TEST_REAL_KEY"
@@ -263,7 +263,7 @@ def test_the_clis_own_trace_becomes_events(main_run, agent, driver):
 
 def test_the_ledger_holds_exactly_what_the_record_files_hold(main_run, cache_dir):
     """Calls and trace events reach the ledger live; a resume's reconcile from the files finds nothing missing."""
-    from orchestrator.layout import Layout
+    from contracts.layout import Layout
     from orchestrator.records import reconcile
 
     ledger = Ledger(main_run.out / "ledger.sqlite")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.specs import ConfigError
 import orchestrator.sweep as sweep_module
+from contracts.specs import ConfigError
 from orchestrator.sweep import check_cluster, expand, load_named
 from tests.conftest import ROOT, compose
 

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from agents.proxy import ProxyState, RetryPolicy, ThreadServer, make_app
-from agents.proxy import fake_upstream as fu
-from agents.proxy.fake_upstream import FakeUpstream, Reply, ToolCall
 from agents.proxy.usage import StreamMeter, Usage
+from tests.support import fake_upstream as fu
+from tests.support.fake_upstream import FakeUpstream, Reply, ToolCall
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_KEY = "sk-real-" + secrets.token_hex(12)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 import threading
@@ -13,9 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.records import read_jsonl
+from contracts.records import read_jsonl
+from contracts.specs import to_plain
+from contracts.task_spec import TaskSpec
 from tests.conftest import compose
-from orchestrator.specs import to_plain
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,8 @@ def grader(ray_cluster, cache_dir, grading_port):
     from evaluators.service import app_name, deploy
 
     task = to_plain(compose(["task=arithmetic"]).task)
-    deploy(task, str(cache_dir), emulated_gpus=True)  # the same grader the sweeps in other tests use
+    # the same grader the sweeps in other tests use
+    deploy(TaskSpec.from_config(task), str(cache_dir), emulated_gpus=True)
     handle = serve.get_app_handle(app_name("arithmetic"))
     base = resolve_base_model(task["base_model"], cache_dir / "models")
     return {"url": f"http://127.0.0.1:{grading_port}/arithmetic", "handle": handle, "base": base, "task": task}
@@ -182,8 +183,8 @@ def test_concurrent_submissions_from_several_cells(grader, tmp_path):
 
 def test_status_answers_while_an_evaluation_runs(grader, tmp_path):
     """A fresh model (not in the cache) is evaluated; /status keeps answering meanwhile."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     run = Run(grader, tmp_path)
     model = AutoModelForCausalLM.from_pretrained(grader["base"])

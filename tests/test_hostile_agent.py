@@ -69,7 +69,8 @@ target = secrets["eval items"]
 report("mount bind /", sh(f"mkdir -p /tmp/m && mount --bind / /tmp/m && cat /tmp/m{target}")[0] == 0)
 report("remount / rw", sh("mount -o remount,rw / && touch /etc/a2rl-hostile")[0] == 0)
 report("unshare umount", sh(f"unshare -Urm sh -c 'umount -l {hidden_dir}; cat {target}'")[0] == 0)
-report("unshare bind /", sh(f"unshare -Urm sh -c 'mkdir -p /tmp/m && mount --bind / /tmp/m && cat /tmp/m{target}'")[0] == 0)
+report("unshare bind /", sh(f"unshare -Urm sh -c 'mkdir -p /tmp/m && mount --bind / /tmp/m && "
+                            f"cat /tmp/m{target}'")[0] == 0)
 report("unshare rbind + umount", sh(f"unshare -Urm sh -c 'mkdir -p /tmp/m && mount --rbind / /tmp/m && "
                                     f"umount -l /tmp/m{hidden_dir}; cat /tmp/m{target}'")[0] == 0)
 report("nsenter pid 1", sh(f"nsenter -t 1 -m -p cat {target}")[0] == 0)
@@ -198,7 +199,7 @@ def test_hostile_agent_cannot_escape_and_limits_end_hogs(run_sweep, cache_dir, t
     try:
         _, _, out = run_sweep([
             "sweep=smoke", "agent=command", f"agent.files=[{tmp_path / 'probe.py'},{tmp_path / 'facts.json'}]",
-            f"agent.command=python code/probe.py", "sweep.seeds=[0,1,2,3]", "sweep.budget.wall_time_s=120",
+            "agent.command=python code/probe.py", "sweep.seeds=[0,1,2,3]", "sweep.budget.wall_time_s=120",
             "+sweep.budget.memory_gb=1", "sandbox.limits.max_processes=256", "sandbox.limits.disk_gb=0.2",
             "sandbox.kill_grace_s=1"], output_dir=out)
         for path in facts["secrets"].values():  # what it went for was there all along
@@ -218,9 +219,9 @@ def test_hostile_agent_cannot_escape_and_limits_end_hogs(run_sweep, cache_dir, t
         assert not [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
         # The eval split it rebuilt from the public config (as the grader drew it before the secret: in order,
         # skipping train questions) is not the grader's: position by position they agree only by chance.
-        from evaluators.tasks.base import load_task
+        from contracts.task import load_task
 
-        task = load_task({**task_cfg, "cache_dir": str(cache_dir)})
+        task = load_task(task_cfg, cache_dir)
         graded = [r["prompt"] for r in task.eval_rows()]
         train = {r["prompt"] for r in task.train_rows()}
         workspace = Path(json.loads((adir / "outcome.json").read_text())["workspace"])
@@ -263,7 +264,8 @@ def test_a2rl_as_an_ordinary_user_sandboxes_in_a_user_namespace(tmp_path):
             argv = sandbox.bwrap_argv(Path({str(root / 'ws')!r}), [Path({str(root / 'secret')!r})], [],
                                       network="isolated")
             probe = ("grep CapEff /proc/self/status; unshare -U true 2>/dev/null && echo NESTED || echo NO_NESTED; "
-                     "cat {root / 'secret' / 'answers.txt'} 2>/dev/null || echo SECRET_HIDDEN; touch made && echo WS_OK")
+                     "cat {root / 'secret' / 'answers.txt'} 2>/dev/null || echo SECRET_HIDDEN; "
+                     "touch made && echo WS_OK")
             sys.stdout.write(subprocess.run(argv + ["--", "/bin/sh", "-c", probe], capture_output=True,
                                             text=True).stdout)
         """)

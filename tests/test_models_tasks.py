@@ -15,12 +15,15 @@ import pytest
 import torch
 import yaml
 
+from agents.kinds import agent_kind
+from contracts.specs import AgentSpec
+from contracts.task import load_task
 from evaluators.backends.base import ModelLoadError
 from evaluators.backends.transformers_backend import TransformersBackend
 from evaluators.base_models import resolve_base_model
 from evaluators.evaluate import evaluate
-from evaluators.tasks import load_task
 from evaluators.tasks.reasoning_gym_task import final_number, numeric_score
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,7 +116,7 @@ def test_eval_split_cannot_be_rebuilt_from_the_public_config(tmp_path):
     import reasoning_gym
 
     cfg = task_config("arithmetic", train_size=50, eval_size=40)
-    task = load_task({**cfg, "cache_dir": str(tmp_path / "a")})
+    task = load_task(cfg, tmp_path / "a")
     hidden = [r["prompt"] for r in task.eval_rows()]
     secret = (tmp_path / "a" / "grading" / "eval-salt")
     assert secret.exists() and oct(secret.stat().st_mode & 0o777) == "0o600"
@@ -125,9 +128,9 @@ def test_eval_split_cannot_be_rebuilt_from_the_public_config(tmp_path):
                                                          **cfg["dataset_config"])]
     replayed = list(dict.fromkeys(q for q in replayed if q not in train))[:len(hidden)]
     assert sum(a == b for a, b in zip(hidden, replayed)) < 4
-    assert [r["prompt"] for r in load_task({**cfg, "cache_dir": str(tmp_path / "a")}).eval_rows()] == \
+    assert [r["prompt"] for r in load_task(cfg, tmp_path / "a").eval_rows()] == \
         [r["prompt"] for r in task.eval_rows()]  # same secret, same split
-    other = load_task({**cfg, "cache_dir": str(tmp_path / "b")})  # another secret, another split
+    other = load_task(cfg, tmp_path / "b")  # another secret, another split
     assert [r["prompt"] for r in other.eval_rows()] != [r["prompt"] for r in task.eval_rows()]
     assert task.secret_eval_seed() >= 1 << 40 and not train & set(hidden)
 
@@ -137,8 +140,8 @@ def test_task_config_mistakes_are_explained():
         load_task(task_config("arithmetic", train_seed=(1 << 40) - 10))
     with pytest.raises(ValueError, match="does not take.*'colour'"):
         load_task(task_config("arithmetic", colour="red"))
-    with pytest.raises(ValueError, match="module.path:ClassName"):
-        load_task({"name": "x", "cls": "ReasoningGymTask"})
+    with pytest.raises(ValueError, match="unknown task 'ReasoningGymTask'; known: .*reasoning_gym"):
+        load_task({"name": "x", "cls": "ReasoningGymTask", "base_model": "tiny"})
 
 
 @pytest.mark.parametrize("completion, answer, expected", [
@@ -247,8 +250,7 @@ def test_digest_follows_weights_not_files(tiny, backend, tmp_path):
 # ---------------------------------------------------------------- agents
 
 def test_sft_beats_the_base_model(tiny, backend, arithmetic, tmp_path):
-    from agents.builtin import sft
-
+    sft = load_script(ROOT / "agents" / "builtin" / "sft.py")
     baseline = evaluate(arithmetic, backend, tiny)
     rounds = []
     saved = sft.train(tiny, arithmetic.train_rows(), tmp_path / "output",
@@ -270,7 +272,7 @@ def test_sft_beats_the_base_model(tiny, backend, arithmetic, tmp_path):
 def test_sft_trains_on_the_chat_the_grader_sends():
     """A row with `messages` (ALFWorld's carry a system prompt) is trained on exactly those; a bare row on its text.
     Training without the system prompt the grader sends cost the tiny model most of its ALFWorld wins."""
-    from agents.builtin import sft
+    sft = load_script(ROOT / "agents" / "builtin" / "sft.py")
 
     system = {"role": "system", "content": "Reply with one command."}
     rows = [{"prompt": "look around", "completion": "look",
@@ -329,11 +331,14 @@ def workspace(tiny, arithmetic, tmp_path):
 
 
 def run_script(name: str, ws: Path) -> subprocess.CompletedProcess:
-    # Run as the sandbox would: a copy of the script, the workspace as cwd, nothing of a2rl importable.
+    # Run as a cell does: the agent kind's command line and code/ files, the workspace as cwd (-E -s: no PYTHONPATH
+    # or user site: what a sandboxed agent imports is what the cell gave it).
+    argv, files = agent_kind("builtin").command(AgentSpec(name=name, kind="builtin", script=name))
     (ws / "code").mkdir(exist_ok=True)
-    script = shutil.copy(ROOT / "agents" / "builtin" / f"{name}.py", ws / "code")
+    for file_name, source in files.items():
+        shutil.copy(source, ws / "code" / file_name)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-I", script], cwd=ws, env=env, capture_output=True, text=True,
+    return subprocess.run([argv[0], "-E", "-s", *argv[1:]], cwd=ws, env=env, capture_output=True, text=True,
                           timeout=180)
 
 

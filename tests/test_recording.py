@@ -4,7 +4,7 @@ import subprocess
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from orchestrator.recording import EMPTY_TREE, diff_summary, history, snapshot_code
+from contracts.code_snapshots import EMPTY_TREE, diff_summary, history, snapshot_code
 
 
 def git(repo: Path, *args: str) -> str:
@@ -103,7 +103,7 @@ def test_concurrent_snapshots(tmp_path):
     with ProcessPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(_snapshot_many, jobs + [shared, shared]))
     assert all(sha for shas in results for sha in shas)
-    for code, repo, n in jobs:
+    for _, repo, n in jobs:
         assert len(history(Path(repo))) == n
     assert len(history(tmp_path / "shared.git")) == 10  # no commit lost to a race on the branch
 

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 from nbclient import NotebookClient
 
+from contracts.code_snapshots import snapshot_code
+from contracts.specs import AgentSpec, Budget, CellSpec, ConfigError, DriverSpec
 from orchestrator.analysis import curves, tables
 from orchestrator.analysis.report import build_report
 from orchestrator.analysis.run_report import cell_report, write_cell_reports
 from orchestrator.ledger import Ledger
-from orchestrator.recording import snapshot_code
-from orchestrator.specs import AgentSpec, Budget, CellSpec, ConfigError, DriverSpec
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "analysis.ipynb"
 BASELINE = 0.5

@@ -15,10 +15,11 @@ pytest.importorskip("textworld")
 # A small level-3 task shared with tests/test_alfworld_task.py: the same config builds the same games once per
 # session cache. Its own name, so sweeps of the real `alfworld` task elsewhere never collide with it.
 SMALL_TASK = {
-    "name": "alfworld_t", "cls": "evaluators.tasks.alfworld_task:AlfWorldTask", "level": 3,
+    "name": "alfworld_t", "cls": "alfworld", "level": 3,
     "base_model": "tiny-alfworld", "n_train": 3, "n_eval": 2, "seed": 0,
     "task_types": ["pick", "clean", "look"], "max_steps": 50, "expert": "ordered", "expert_episodes": 2,
-    "expert_noise": 0.3,
+    "expert_noise": 0.3, "max_receptacles_per_type": None, "max_receptacles": None, "eval_salt": None,
+    "data_path": None, "build_workers": 1, "eval_workers": 0,
     "rollout": {"num_hosts": 2, "num_replicas": 2, "max_sessions_per_run": 3, "idle_timeout_s": 10},
     "grader": {"backend": "transformers", "batch_size": 8, "max_new_tokens": 12, "num_cpus": 1, "num_gpus": 0},
 }
@@ -28,12 +29,13 @@ SMALL_TASK = {
 def service(ray_cluster, cache_dir, grading_port):
     from ray import serve
 
+    from contracts.runs import registry
+    from contracts.task import load_task
+    from contracts.task_spec import TaskSpec
     from envs import rollout_service
-    from evaluators.runs import registry
-    from evaluators.tasks.base import load_task
 
-    task = load_task({**SMALL_TASK, "cache_dir": str(cache_dir)})
-    route = rollout_service.deploy(SMALL_TASK, str(cache_dir))
+    task = load_task(SMALL_TASK, cache_dir)
+    route = rollout_service.deploy(TaskSpec.from_config(SMALL_TASK), str(cache_dir))
     return {"url": f"http://127.0.0.1:{grading_port}{route}", "task": task, "registry": registry(),
             "handle": serve.get_app_handle(rollout_service.app_name(SMALL_TASK["name"]))}
 

@@ -205,7 +205,7 @@ def test_infra_errors_are_retried_by_tune_then_recorded(run_sweep, tmp_path):
 
 def test_reservations_that_can_never_fit_are_refused_before_anything_waits(run_sweep):
     """The session cluster has 4 CPUs and 1 emulated GPU. Ray would queue these for ever, in silence."""
-    from orchestrator.specs import ConfigError
+    from contracts.specs import ConfigError
 
     with pytest.raises(ConfigError, match=r"cell noop/arithmetic/seed0 .*reserves .*emulated_gpu=2.*sweep.budget.gpus"):
         run_sweep(SMOKE + ["agent=noop", "sweep.budget.gpus=2"])
@@ -218,7 +218,7 @@ def test_reservations_that_can_never_fit_are_refused_before_anything_waits(run_s
 
 def test_reservation_check_places_services_first_and_only_warns_on_a_growing_cluster():
     from orchestrator.reservations import check_fits
-    from orchestrator.specs import ConfigError
+    from contracts.specs import ConfigError
 
     nodes = [{"CPU": 16, "GPU": 1}, {"CPU": 2}]
     grader = [("the grader of task t", "task.grader.num_gpus", {"CPU": 1, "GPU": 0.5})]

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import glob
-
 import subprocess
 import sys
 
@@ -40,7 +39,7 @@ def test_demo_sweep_sft_beats_the_base_model_and_copy_is_flagged(run_sweep):
              {r["cell_id"] for r in copies}]
     assert all("copy_of_base" in f for f in flags)
     # the summary table: improvement mean ± SEM per agent
-    line = next(l for l in text.splitlines() if l.startswith("arithmetic") and " sft " in l)
+    line = next(ln for ln in text.splitlines() if ln.startswith("arithmetic") and " sft " in ln)
     assert "±" in line and "(n=2)" in line
 
     # every cell got its run report as it ended

@@ -9,19 +9,17 @@ Knobs (run.json "agent_args"): steps_per_round, max_rounds, learning_rate, batch
 lr_scheduler_type, weight_decay, max_length, margin_s (kept free before the deadline), grading_estimate_s (a guess
 until a grading has been timed), threads (torch threads; default: OMP_NUM_THREADS), activation_checkpointing.
 
-Standalone on purpose: stdlib, torch, transformers, trl and datasets only.
+Runs inside the sandbox on torch, transformers, trl and datasets, and a2rl_client.py (copied beside it): the grader's
+chat for each row and the background submitter.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import a2rl_client
 
 DEFAULTS = {
     "steps_per_round": 250,
@@ -44,81 +42,21 @@ def log(msg: str) -> None:
 
 
 def load_rows(path) -> list[dict]:
+    import json
+
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
 def chat_dataset(rows: list[dict]):
     """prompt/completion in conversational form: trl renders the chat template and masks the prompt. The prompt is
-    the row's `messages` when it has them (the chat the grader sends, system prompt included), else its text."""
+    the chat the grader sends for the row (a2rl_client.chat)."""
     from datasets import Dataset
 
     return Dataset.from_list([
-        {"prompt": row.get("messages") or [{"role": "user", "content": row["prompt"]}],
-         "completion": [{"role": "assistant", "content": row["completion"]}]}
+        {"prompt": a2rl_client.chat(row), "completion": [{"role": "assistant", "content": row["completion"]}]}
         for row in rows
     ])
-
-
-def submit(grading_url: str, token: str, model_path: str, timeout: float) -> tuple[int, dict]:
-    """POST /submit. Returns (HTTP status, JSON answer); errors come back as 4xx/5xx with {error, code}."""
-    request = urllib.request.Request(
-        grading_url.rstrip("/") + "/submit", data=json.dumps({"model_path": model_path}).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        try:
-            body = json.loads(e.read() or b"{}")
-        except ValueError:
-            body = {"error": str(e)}
-        return e.code, body
-    except (urllib.error.URLError, TimeoutError, OSError) as e:
-        return 0, {"error": f"{type(e).__name__}: {e}"}
-
-
-class Submitter:
-    """Submits saved rounds one at a time in a background thread and times each grading."""
-
-    def __init__(self, grading_url: str, token: str, deadline: float, max_submissions: int | None,
-                 grading_estimate_s: float):
-        self.grading_url, self.token, self.deadline = grading_url, token, deadline
-        self.remaining = max_submissions
-        self.grading_s = float(grading_estimate_s)
-        self.stop = False          # the grader said no more (budget spent, bad token)
-        self.results: list[dict] = []
-        self._pool = ThreadPoolExecutor(max_workers=1)
-        self._lock = threading.Lock()
-
-    def can_submit(self) -> bool:
-        return not self.stop and (self.remaining is None or self.remaining > 0)
-
-    def submit(self, model_path: str) -> None:
-        if self.remaining is not None:
-            self.remaining -= 1  # counted now so training does not plan rounds it cannot submit
-        self._pool.submit(self._submit, model_path)
-
-    def _submit(self, model_path: str) -> None:
-        if self.stop:  # a submission queued before the grader said no more
-            return
-        start = time.time()
-        status, answer = submit(self.grading_url, self.token, model_path,
-                                timeout=max(10.0, self.deadline - time.time()))
-        took = time.time() - start
-        with self._lock:
-            if status == 200:
-                self.grading_s = max(self.grading_s * 0.5, took)  # trust measurements over the first guess
-                if answer.get("remaining_submissions") is not None:
-                    self.remaining = min(self.remaining, answer["remaining_submissions"]) \
-                        if self.remaining is not None else answer["remaining_submissions"]
-            elif status in (401, 409):
-                self.stop = True
-            self.results.append({"model_path": model_path, "status": status, "took_s": round(took, 2), **answer})
-        print(json.dumps({"model_path": model_path, "status": status, **answer}), flush=True)
-
-    def wait(self) -> None:
-        self._pool.shutdown(wait=True)
 
 
 def train(model_path, rows: list[dict], output_dir, args: dict, seed: int, deadline: float,
@@ -193,13 +131,12 @@ def train(model_path, rows: list[dict], output_dir, args: dict, seed: int, deadl
 
 
 def main() -> int:
-    run = json.loads(Path("run.json").read_text())
+    run = a2rl_client.load_run()
     args = {**DEFAULTS, **(run.get("agent_args") or {})}
     deadline = float(run["deadline"])
     rows = load_rows(run["train_data"])
     log(f"{len(rows)} training rows, {deadline - time.time():.0f} s left, args {args}")
-    submitter = Submitter(run["grading_url"], run["run_token"], deadline, run.get("max_submissions"),
-                          args["grading_estimate_s"])
+    submitter = a2rl_client.Submitter(run, args["grading_estimate_s"])
 
     def on_round(path: str) -> bool:
         # submit the path relative to the workspace, as the grading API expects
@@ -212,8 +149,7 @@ def main() -> int:
     saved = train(run["model_path"], rows, run["output_dir"], args, int(run.get("seed", 0)), deadline, on_round,
                   grading_s=lambda: submitter.grading_s)
     submitter.wait()
-    best = max((r.get("score", 0.0) for r in submitter.results if r["status"] == 200), default=None)
-    log(f"done: {len(saved)} round(s) saved, {len(submitter.results)} graded, best score {best}")
+    log(f"done: {len(saved)} round(s) saved, {len(submitter.results)} graded, best score {submitter.best()}")
     return 0
 
 

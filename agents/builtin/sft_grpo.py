@@ -15,21 +15,20 @@ Run in a workspace of an interactive (level 3) task (`python code/sft_grpo.py`);
    - after each round: log the round's on-policy success and mean reward, save output/grpo-N, submit it when a
      submission and its grading fit (always after the last round).
 
-Knobs (run.json "agent_args"): see DEFAULTS. Standalone on purpose: stdlib, torch, transformers, trl, datasets.
+Knobs (run.json "agent_args"): see DEFAULTS. Runs inside the sandbox on torch, transformers, trl and datasets, and
+a2rl_client.py (copied beside it, with the task's task_prompt.py): the rollout service, the submitter, and the task's
+own render and parse, so every chat it plays and trains on is the one the grader sends.
 """
 from __future__ import annotations
 
 import json
 import os
 import random
-import re
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import a2rl_client
 
 DEFAULTS = {
     # SFT warm-up
@@ -65,142 +64,6 @@ def log(msg: str) -> None:
     print(f"[sft_grpo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-# ------------------------------------------------------------------------------------------------------ HTTP
-
-def http(url: str, token: str, body: dict | None = None, timeout: float = 120.0) -> tuple[int, dict]:
-    """GET (body None) or POST JSON. Returns (status, JSON answer); errors come back as 4xx with {error, code}."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
-                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        try:
-            answer = json.loads(e.read() or b"{}")
-        except ValueError:
-            answer = {"error": str(e)}
-        return e.code, answer
-    except (urllib.error.URLError, TimeoutError, OSError) as e:
-        return 0, {"error": f"{type(e).__name__}: {e}"}
-
-
-class Submitter:
-    """Submits saved models one at a time in a background thread and times each grading."""
-
-    def __init__(self, grading_url: str, token: str, deadline: float, max_submissions: int | None,
-                 grading_estimate_s: float):
-        self.grading_url, self.token, self.deadline = grading_url.rstrip("/"), token, deadline
-        self.remaining = max_submissions
-        self.grading_s = float(grading_estimate_s)
-        self.stop = False
-        self.results: list[dict] = []
-        self._pool = ThreadPoolExecutor(max_workers=1)
-        self._lock = threading.Lock()
-
-    def can_submit(self) -> bool:
-        return not self.stop and (self.remaining is None or self.remaining > 0)
-
-    def submit(self, model_path: str) -> None:
-        if self.remaining is not None:
-            self.remaining -= 1
-        self._pool.submit(self._submit, model_path)
-
-    def _submit(self, model_path: str) -> None:
-        if self.stop:
-            return
-        start = time.time()
-        status, answer = http(self.grading_url + "/submit", self.token, {"model_path": model_path},
-                              timeout=max(10.0, self.deadline - time.time()))
-        took = time.time() - start
-        with self._lock:
-            if status == 200:
-                self.grading_s = max(self.grading_s * 0.5, took)
-                if answer.get("remaining_submissions") is not None and self.remaining is not None:
-                    self.remaining = min(self.remaining, answer["remaining_submissions"])
-            elif status in (401, 409):
-                self.stop = True
-            self.results.append({"model_path": model_path, "status": status, "took_s": round(took, 2), **answer})
-        print(json.dumps({"model_path": model_path, "status": status, **answer}), flush=True)
-
-    def wait(self) -> None:
-        self._pool.shutdown(wait=True)
-
-
-class Env:
-    """The rollout service: sessions on the train games. A pool of sessions is reused through reset."""
-
-    def __init__(self, url: str, token: str, max_sessions: int | None = None):
-        self.url, self.token = url.rstrip("/"), token
-        status, info = http(self.url + "/games", token)
-        if status != 200:
-            raise RuntimeError(f"rollout service at {self.url}: {status} {info}")
-        self.games = info["games"]
-        self.max_steps = int(info["max_steps"])
-        self.max_sessions = int(max_sessions or info["max_sessions"])
-        self.free: list[str] = []
-        self.pool = ThreadPoolExecutor(max_workers=self.max_sessions)
-
-    def _post(self, path: str, body: dict) -> dict:
-        for attempt in range(5):
-            status, answer = http(self.url + path, self.token, body)
-            if status == 200:
-                return answer
-            if status == 404 and path == "/reset" and "session_id" in body:  # a pooled session expired: open anew
-                body = {k: v for k, v in body.items() if k != "session_id"}
-                continue
-            if status not in (0, 429, 500, 502, 503) or attempt == 4:
-                raise RuntimeError(f"POST {path} {body}: {status} {answer}")
-            time.sleep(0.5 * (attempt + 1))
-        raise AssertionError
-
-    def starts(self, starts: list[tuple[str, list[str]]]) -> list[dict]:
-        n_new = max(0, len(starts) - len(self.free))
-        if len(starts) > self.max_sessions:
-            raise ValueError(f"{len(starts)} parallel episodes, but at most {self.max_sessions} sessions")
-        reused = [self.free.pop() for _ in range(len(starts) - n_new)]
-        bodies = [{"game": g, "actions": a} for g, a in starts]
-        for body, sid in zip(bodies, reused):
-            body["session_id"] = sid
-        return list(self.pool.map(lambda b: self._post("/reset", b), bodies))
-
-    def steps(self, moves: list[tuple[str, str]]) -> list[dict]:
-        return list(self.pool.map(lambda m: self._post("/step", {"session_id": m[0], "command": m[1]}), moves))
-
-    def release(self, session_ids: list[str]) -> None:
-        self.free += session_ids
-
-
-# ------------------------------------------------------------------------------------------------------ prompts
-
-# The grader's chat for one step (documented in instructions.md); the system prompt is read from the train data.
-BANNER = re.compile(r"^\s*-= Welcome to TextWorld, ALFRED! =-\s*", re.S)
-TASK_LINE = re.compile(r"\s*Your task is to: .*?$", re.S)
-PREFIX = re.compile(r"^(?:>\s*|(?:action|command|next command|act)\s*[:：]\s*)", re.I)
-
-
-def clean_observation(obs: str) -> str:
-    return " ".join(TASK_LINE.sub("", BANNER.sub("", obs or "")).split())
-
-
-def step_messages(system: str, task: str, obs: str, admissible: list[str], history: list[str]) -> list[dict]:
-    lines = [f"Task: {task.strip().rstrip('.')}.",
-             "Previous commands: " + ("; ".join(h.strip() for h in history) if history else "none"),
-             "Observation: " + clean_observation(obs), "Admissible commands:", *admissible,
-             "Reply with the next command."]
-    return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]
-
-
-def parse_command(reply: str, admissible: list[str]) -> str:
-    text = (reply or "").replace("<|im_end|>", "\n")
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    for _ in range(2):
-        line = PREFIX.sub("", line).strip().strip("`\"' ").rstrip(".!").strip()
-    cmd = " ".join(line.lower().split())
-    by_norm = {" ".join(c.lower().split()): c for c in admissible}
-    return by_norm.get(cmd, cmd)
-
-
 class Policy:
     """Batched generation with the model being trained (left padding, greedy or sampled)."""
 
@@ -222,7 +85,7 @@ class Policy:
         return self.tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
-def play(env: Env, policy: Policy, system: str, starts: list[tuple[str, list[str]]], horizon: int,
+def play(env: a2rl_client.Env, policy: Policy, starts: list[tuple[str, list[str]]], horizon: int,
          record: bool = False) -> list[dict]:
     """Play from each (game, prefix) in lockstep with the greedy policy for at most `horizon` more steps.
 
@@ -237,12 +100,12 @@ def play(env: Env, policy: Policy, system: str, starts: list[tuple[str, list[str
             active = [e for e in eps if not e["last"]["done"]]
             if not active:
                 break
-            chats = [step_messages(system, e["task"], e["last"]["observation"], e["last"]["admissible_commands"],
-                                   e["history"]) for e in active]
+            chats = [a2rl_client.render(e["task"], e["last"]["observation"], e["last"]["admissible_commands"],
+                                        e["history"]) for e in active]
             replies = policy(chats)
             moves = []
             for e, chat, reply in zip(active, chats, replies):
-                cmd = parse_command(reply, e["last"]["admissible_commands"])
+                cmd = a2rl_client.parse(reply, e["last"]["admissible_commands"])
                 if record:
                     e["states"].append({"game": e["game"], "prefix": list(e["history"]), "messages": chat,
                                         "admissible": e["last"]["admissible_commands"]})
@@ -262,8 +125,8 @@ class EnvReward:
 
     __name__ = "env_success"
 
-    def __init__(self, env: Env, policy: Policy, system: str, horizon: int):
-        self.env, self.policy, self.system, self.horizon = env, policy, system, int(horizon)
+    def __init__(self, env: a2rl_client.Env, policy: Policy, horizon: int):
+        self.env, self.policy, self.horizon = env, policy, int(horizon)
         self.calls: list[float] = []
         self.known: dict[tuple, float] = {}  # horizon 0: a command's outcome never changes (the game is fixed)
 
@@ -272,7 +135,7 @@ class EnvReward:
         keys = []
         for comp, g, p, adm in zip(completions, game, prefix, admissible):
             text = comp[-1]["content"] if isinstance(comp, list) else str(comp)
-            key = (g, tuple(p) + (parse_command(text, list(adm)),))
+            key = (g, tuple(p) + (a2rl_client.parse(text, list(adm)),))
             keys.append(key)
             if key not in index and key not in self.known:
                 index[key] = len(starts)
@@ -280,7 +143,7 @@ class EnvReward:
         was_training = self.policy.model.training
         self.policy.model.eval()
         try:
-            results = play(self.env, self.policy, self.system, starts, self.horizon) if starts else []
+            results = play(self.env, self.policy, starts, self.horizon) if starts else []
         finally:
             self.policy.model.train(was_training)
         outcome = {k: 1.0 if results[i]["won"] else 0.0 for k, i in index.items()}
@@ -296,11 +159,8 @@ class EnvReward:
 def sft_rows(rows: list[dict]):
     from datasets import Dataset
 
-    data = []
-    for row in rows:
-        prompt = row.get("messages") or [{"role": "user", "content": row["prompt"]}]
-        data.append({"prompt": prompt, "completion": [{"role": "assistant", "content": row["completion"]}]})
-    return Dataset.from_list(data)
+    return Dataset.from_list([{"prompt": a2rl_client.chat(row),
+                               "completion": [{"role": "assistant", "content": row["completion"]}]} for row in rows])
 
 
 def run_sft(model, tokenizer, rows: list[dict], args: dict, seed: int, until: float, out_dir: Path) -> None:
@@ -365,7 +225,7 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
-    run = json.loads(Path("run.json").read_text())
+    run = a2rl_client.load_run()
     args = {**DEFAULTS, **(run.get("agent_args") or {})}
     seed = int(args["seed"] if args["seed"] is not None else run.get("seed", 0))
     if args["threads"]:
@@ -374,10 +234,8 @@ def main() -> int:
     rng = random.Random(seed)
     started, deadline = time.time(), float(run["deadline"])
     rows = [json.loads(line) for line in Path(run["train_data"]).read_text().splitlines() if line.strip()]
-    system = next((r["messages"][0]["content"] for r in rows if r.get("messages")), "")
     out_dir = Path(run["output_dir"])
-    submitter = Submitter(run["grading_url"], run["run_token"], deadline, run.get("max_submissions"),
-                          args["grading_estimate_s"])
+    submitter = a2rl_client.Submitter(run, args["grading_estimate_s"])
     if not submitter.can_submit():
         log("no submissions allowed; nothing to do")
         return 0
@@ -396,15 +254,14 @@ def main() -> int:
     log(f"SFT done in {time.time() - t:.0f} s; submitted output/sft")
 
     # 2. GRPO with online rollouts
-    rollout_url = run.get("rollout_url") or run["grading_url"].rstrip("/") + "/env"
     try:
-        env = Env(rollout_url, run["run_token"])
+        env = a2rl_client.Env(run)
     except RuntimeError as e:
         log(f"no rollout service ({e}); stopping after SFT")
         submitter.wait()
         return 0
     policy = Policy(model, tokenizer, args["max_new_tokens"])
-    reward = EnvReward(env, policy, system, args["horizon"])
+    reward = EnvReward(env, policy, args["horizon"])
     per_round = int(args["grpo_steps_per_round"]) * int(args["states_per_step"])
     round_s, history, last_saved = None, [], None
     for n in range(1, int(args["grpo_rounds"]) + 1):
@@ -414,7 +271,7 @@ def main() -> int:
         t = time.time()
         games = [rng.choice(env.games)["name"] for _ in range(int(args["episodes_per_round"]))]
         model.eval()
-        episodes = play(env, policy, system, [(g, []) for g in games], env.max_steps, record=True)
+        episodes = play(env, policy, [(g, []) for g in games], env.max_steps, record=True)
         success = sum(e["won"] for e in episodes) / len(episodes)
         states = [s for e in episodes for s in e["states"]]
         if not states:
@@ -435,8 +292,7 @@ def main() -> int:
             last_saved = None
     submitter.wait()
     (out_dir / "grpo_history.json").write_text(json.dumps(history, indent=1))
-    best = max((r.get("score") or 0.0 for r in submitter.results if r["status"] == 200), default=None)
-    log(f"done: {len(history)} GRPO round(s), {len(submitter.results)} graded, best score {best}")
+    log(f"done: {len(history)} GRPO round(s), {len(submitter.results)} graded, best score {submitter.best()}")
     return 0
 
 

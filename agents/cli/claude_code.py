@@ -8,8 +8,10 @@ Token totals are in the final `result` event (per-message usage in stream-json i
 from __future__ import annotations
 
 from agents.cli.base import CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event
+from contracts.registry import register
 
 
+@register("cli_adapter", "claude_code")
 class ClaudeCode(CliAdapter):
     name = "claude_code"
     executable = "claude"
@@ -71,5 +73,3 @@ class StreamJson(TraceParser):
                           turns=obj.get("num_turns"), subtype=obj.get("subtype"))]
         return []
 
-
-ADAPTER = ClaudeCode()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from agents.cli.base import CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event
+from contracts.registry import register
 
 KEY_VARIABLE = "A2RL_DRIVER_KEY"
 
@@ -20,6 +21,7 @@ def toml_str(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
+@register("cli_adapter", "codex")
 class Codex(CliAdapter):
     name = "codex"
     executable = "codex"
@@ -91,5 +93,3 @@ class ExecJson(TraceParser):
             return [event("tool_call", source, tool=itype, input=cut(fields), id=iid)]
         return []
 
-
-ADAPTER = Codex()

@@ -7,10 +7,11 @@ workspace. Token totals are in the final `result` event.
 """
 from __future__ import annotations
 
-from agents.cli.base import (CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event,
-                             write_json)
+from agents.cli.base import CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event, write_json
+from contracts.registry import register
 
 
+@register("cli_adapter", "gemini_cli")
 class GeminiCli(CliAdapter):
     name = "gemini_cli"
     executable = "gemini"
@@ -75,5 +76,3 @@ class StreamJson(TraceParser):
                              text=cut((obj.get("error") or {}).get("message"))))
         return out
 
-
-ADAPTER = GeminiCli()

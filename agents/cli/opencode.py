@@ -9,8 +9,8 @@ is not in the trace (the proxy meters it like any other).
 """
 from __future__ import annotations
 
-from agents.cli.base import (CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event,
-                             write_json)
+from agents.cli.base import CliAdapter, Context, Launch, TraceParser, cut, event, extra_args, usage_event, write_json
+from contracts.registry import register
 
 # driver provider -> (OpenCode provider id, path under the proxy, AI SDK package for a custom provider)
 PROVIDERS = {
@@ -22,6 +22,7 @@ PROVIDERS = {
 DEAD_REGISTRY = "http://127.0.0.1:9/"
 
 
+@register("cli_adapter", "opencode")
 class OpenCode(CliAdapter):
     name = "opencode"
     executable = "opencode"
@@ -81,5 +82,3 @@ class RunJson(TraceParser):
             return [event("error", kind, message=cut((err.get("data") or {}).get("message") or err.get("name")))]
         return []
 
-
-ADAPTER = OpenCode()

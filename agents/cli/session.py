@@ -1,6 +1,6 @@
 """The cell's side of an agent driven by an LLM: find the CLI, hook the cell to the driver proxy, read the trace.
 
-    session = AgentSession.prepare(cell, cli_path)   # None for agents without a driver; CliUnavailable if missing
+    session = agent_kind(cell.agent.kind).session(cell, cli_path)   # None without a driver; CliUnavailable if missing
     argv = session.start(workspace, env, proxy_url, records_path, argv)   # per-cell key; CLI config and env
     ... session.pump(stdout, trace) and session.limit_hit(calls_seen) while the agent runs ...
     session.close()                                   # the key stops working; in-flight calls are recorded
@@ -17,8 +17,8 @@ import shutil
 import time
 from pathlib import Path
 
-from agents.cli import get_adapter
 from agents.cli.base import CliAdapter, Context, build_prompt
+from agents.proxy.protocols import provider
 
 LIMITS = {"max_tokens": "tokens", "max_cost_usd": "cost"}   # proxy's exhausted limit -> the cell's limit_hit
 RPC_TIMEOUT_S = 30.0
@@ -84,17 +84,6 @@ class AgentSession:
         self._limit: str | None = None
         self.final_usage: dict | None = None
 
-    @classmethod
-    def prepare(cls, cell, cli_path: list[str] | None = None) -> "AgentSession | None":
-        """Checks what can be checked before anything starts; None when the agent has no LLM driver."""
-        if cell.agent.kind == "cli":
-            adapter = get_adapter(cell.agent.adapter)
-            exe, version = find_cli(adapter, cell.agent.version, list(cli_path or []), cell.agent.name)
-            return cls(cell, adapter, exe, version)
-        if cell.driver.provider != "none":
-            return cls(cell)
-        return None
-
     def _proxy(self):
         from ray import serve
 
@@ -123,7 +112,7 @@ class AgentSession:
         driver = driver_config(self.cell)
         self.key = self._proxy().register_cell.remote(self.cell.cell_id, driver, limits,
                                                       str(records_path)).result(timeout_s=RPC_TIMEOUT_S)
-        openai_style = driver["provider"] in ("openai", "openai-compatible")
+        openai_style = provider(driver["provider"]).openai_style
         env.update({"A2RL_DRIVER_BASE_URL": proxy_url + ("/v1" if openai_style else ""), "A2RL_DRIVER_KEY": self.key,
                     "A2RL_DRIVER_PROVIDER": driver["provider"], "A2RL_DRIVER_MODEL": driver.get("model") or ""})
         if self.adapter is None:
@@ -141,7 +130,7 @@ class AgentSession:
         if self.parser is None:
             return 0
         if self._tail is None:
-            from orchestrator.records import JsonlTail
+            from contracts.records import JsonlTail
 
             self._tail = JsonlTail(stdout_path)
         events = []

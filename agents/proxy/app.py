@@ -21,14 +21,13 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from agents.proxy.cells import Cell, CellRegistry
 from agents.proxy import upstream
+from agents.proxy.cells import Cell, CellRegistry
 from agents.proxy.protocols import (budget_status, caller_key, error_response, gemini_model_path,
                                     parse_json, prepare_body, protocol_of_path, response_headers,
                                     upstream_headers, upstream_url)
 from agents.proxy.upstream import RetryPolicy, UpstreamUnreachable, send
-from agents.proxy.usage import (ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, StreamMeter, Usage,
-                                usage_from_body)
+from agents.proxy.usage import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, StreamMeter, Usage, usage_from_body
 
 ADMIN_HEADER = "x-a2rl-admin-token"
 

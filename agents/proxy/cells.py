@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.proxy.protocols import PROVIDERS
+from agents.proxy.protocols import provider_names
 from agents.proxy.usage import Usage, cost_usd
 
 KEY_PREFIX = "a2rl-"
@@ -24,8 +24,9 @@ def validate_driver(driver: dict) -> dict:
     """Check a driver config (conf/driver/*.yaml) enough that a mistake fails at registration."""
     driver = dict(driver)
     name = driver.get("name", "?")
-    if driver.get("provider") not in PROVIDERS:
-        raise ValueError(f"driver {name}: provider={driver.get('provider')!r}; expected one of {PROVIDERS}")
+    if driver.get("provider") not in provider_names():
+        raise ValueError(f"driver {name}: provider={driver.get('provider')!r}; expected one of "
+                         f"{tuple(provider_names())}")
     if not driver.get("base_url"):
         raise ValueError(f"driver {name}: base_url is missing")
     for key in ("price_input_per_mtok", "price_output_per_mtok", "price_cached_input_per_mtok"):

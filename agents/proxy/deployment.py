@@ -13,16 +13,15 @@ runtime-env agent writes runtime envs, env_vars included, to its log.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import time
 
 from ray import serve
 
 from agents.proxy.app import ProxyState, make_app
 from agents.proxy.upstream import RetryPolicy
+from contracts.serving import DRIVER_PROXY_APP
 
-APP_NAME = "a2rl-driver-proxy"
+APP_NAME = DRIVER_PROXY_APP
 ROUTE = "/driver"
 
 
@@ -51,22 +50,15 @@ class DriverProxy:
         return self.state.usage(key)
 
 
-_deployed: dict[str, str] = {}   # app name -> fingerprint of what this process deployed
-
-
 def deploy(keys: dict[str, str], retry: dict | None = None, num_cpus: float = 0) -> str:
-    """Start the sweep's proxy application (unless this process already runs it with the same settings);
-    returns its route prefix. keys: the real provider keys by variable name, from the orchestrator's environment.
+    """Start the sweep's proxy application (unless this process runs it with the same settings already); returns its
+    route prefix. keys: the real provider keys by variable name, from the orchestrator's environment.
     It needs no CPU of its own by default: it waits on the network, and a reserved CPU would be a cell's."""
-    fingerprint = hashlib.sha256(json.dumps([keys, retry, num_cpus], sort_keys=True).encode()).hexdigest()
-    app = serve.status().applications.get(APP_NAME)
-    if _deployed.get(APP_NAME) == fingerprint and app is not None and app.status == "RUNNING":
-        return ROUTE
-    deployment = DriverProxy.options(ray_actor_options={"num_cpus": num_cpus})
-    serve.run(deployment.bind(retry=retry, environ=dict(keys)), name=APP_NAME, route_prefix=ROUTE)
-    _deployed[APP_NAME] = fingerprint
+    from contracts.serving import deploy_once
+
+    def build():
+        deployment = DriverProxy.options(ray_actor_options={"num_cpus": num_cpus})
+        return deployment.bind(retry=retry, environ=dict(keys))
+
+    deploy_once(APP_NAME, ROUTE, [keys, retry, num_cpus], build)  # only the settings' hash is kept
     return ROUTE
-
-
-def forget() -> None:
-    _deployed.pop(APP_NAME, None)

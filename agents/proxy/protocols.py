@@ -6,13 +6,35 @@ the cell's driver decides the upstream (base URL, how the real key is sent).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from fastapi.responses import JSONResponse
 
 from agents.proxy.usage import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
+from contracts.registry import lookup, names, register
 
-PROVIDERS = ("anthropic", "openai", "openai-compatible", "gemini")
+
+@dataclass(frozen=True)
+class Provider:
+    """A driver provider (conf/driver/*.yaml `provider:`): the wire protocol its endpoint speaks."""
+    name: str
+    key_header: str             # where the real key travels ("authorization": as a bearer token)
+    openai_style: bool = False  # base URLs end in /v1 (https://api.openai.com/v1), the SDKs' paths do not repeat it
+
+
+for _provider in (Provider("anthropic", "x-api-key"), Provider("openai", "authorization", openai_style=True),
+                  Provider("openai-compatible", "authorization", openai_style=True),
+                  Provider("gemini", "x-goog-api-key")):
+    register("provider", _provider.name)(_provider)
+
+
+def provider(name: str) -> Provider:
+    return lookup("provider", name)
+
+
+def provider_names() -> list[str]:
+    return names("provider")
 
 # Headers never forwarded upstream: hop-by-hop ones, the caller's credentials (replaced by the real
 # key), and accept-encoding (we read the stream to meter it, so we ask for it uncompressed).
@@ -114,7 +136,7 @@ def upstream_url(driver: dict, path: str, query: list[tuple[str, str]]) -> str:
     (https://api.anthropic.com, https://generativelanguage.googleapis.com).
     """
     base = driver["base_url"].rstrip("/")
-    if driver["provider"] in ("openai", "openai-compatible") and path.startswith("/v1/"):
+    if provider(driver["provider"]).openai_style and path.startswith("/v1/"):
         path = path[3:]
     query = [(k, v) for k, v in query if k != "key"]   # never forward the caller's key
     return base + path + ("?" + urlencode(query) if query else "")
@@ -124,13 +146,8 @@ def upstream_headers(incoming, driver: dict, real_key: str | None) -> dict:
     headers = {k: v for k, v in incoming.items() if k.lower() not in _DROP_REQUEST}
     headers["accept-encoding"] = "identity"
     if real_key:
-        provider = driver["provider"]
-        if provider == "anthropic":
-            headers["x-api-key"] = real_key
-        elif provider == "gemini":
-            headers["x-goog-api-key"] = real_key
-        else:
-            headers["authorization"] = f"Bearer {real_key}"
+        header = provider(driver["provider"]).key_header
+        headers[header] = f"Bearer {real_key}" if header == "authorization" else real_key
     return headers
 
 

@@ -15,7 +15,6 @@ ANTHROPIC = "anthropic"                # POST /v1/messages
 OPENAI_CHAT = "openai_chat"            # POST /v1/chat/completions
 OPENAI_RESPONSES = "openai_responses"  # POST /v1/responses
 GEMINI = "gemini"                      # POST /v1beta/models/M:generateContent | :streamGenerateContent
-PROTOCOLS = (ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, GEMINI)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 - ``generator``: seeded games against the packaged ``alfred.pddl`` / ``alfred.twl2`` (six task types), disjoint
   train / eval splits.
+- ``task``: the task ``alfworld`` (registered), its games and train rows; ``environment``: the games as an Environment.
 - ``engine``: ``AlfWorldGame(path)``: reset / step in the real engine (textworld + the ALFWorld wrappers).
-- ``prompt``: the one prompt / reply format shared by the training data and the grader's rollouts.
-- ``expert``: expert trajectories (search expert or planner walkthrough) as SFT chat records.
+- ``prompt``: render / parse, the one prompt / reply format of the training data, the grader and the agents.
+- ``expert``, ``ordered_expert``: expert episodes (search expert or planner walkthrough) as demonstrations.
 - ``real_data``: upstream ``json_2.1.1`` discovery (train, valid_unseen as eval).
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import corpus, task  # noqa: F401  (register the tokenizer corpus and the task "alfworld")
 from .generator import TASK_TYPES, build_splits, generate_game, generate_split  # noqa: F401
 
 

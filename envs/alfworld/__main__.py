@@ -2,7 +2,8 @@
 
 - ``splits OUT --train N --eval M [--seed S] [--task-types pick,clean,...] [--eval-dir DIR] [--eval-salt X]``:
   generated train / eval games (eval under OUT/eval unless --eval-dir).
-- ``expert GAMES_DIR OUT.jsonl [--mode search|planner]``: SFT records for every game under GAMES_DIR.
+- ``expert GAMES_DIR OUT.jsonl [--mode search|planner]``: the expert's demonstrations (one JSON line per step) for
+  every game under GAMES_DIR.
 - ``bench [--n 6]``: generate one game per task type and time generation, load, reset, step and the planner.
 """
 
@@ -78,12 +79,14 @@ def main(argv: list[str] | None = None) -> int:
                            max_per_type=a.max_per_type, max_receptacles=a.max_receptacles, workers=a.workers)
         print(json.dumps({k: len(v) for k, v in res.items()}))
     elif a.cmd == "expert":
-        from .expert import expert_trajectories, write_jsonl
+        import dataclasses
+
+        from .expert import expert_demonstrations
 
         games = sorted(Path(a.games_dir).rglob("game.tw-pddl"))
-        records = expert_trajectories(games, mode=a.mode, relative_to=a.games_dir)
-        write_jsonl(records, a.out)
-        print(json.dumps({"games": len(games), "records": len(records)}))
+        demos = expert_demonstrations(games, mode=a.mode, relative_to=a.games_dir)
+        Path(a.out).write_text("".join(json.dumps(dataclasses.asdict(d)) + "\n" for d in demos))
+        print(json.dumps({"games": len(games), "demonstrations": len(demos)}))
     else:
         print(json.dumps(_bench(a.n), indent=1))
     return 0

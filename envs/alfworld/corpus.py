@@ -3,12 +3,15 @@
 ``tokenizer_texts()`` renders :func:`envs.alfworld.prompt.format_prompt` over synthetic rooms built from the
 generator's tables (receptacles and objects of each room type, the goal library's task sentences) with the engine's
 observation phrasings, so a byte-level BPE learns "countertop", "take ... from ..." and the prompt's fixed lines as
-single tokens. Deterministic for a given seed. Used by ``evaluators.base_models`` for the "tiny-alfworld" base model.
+single tokens. Deterministic for a given seed. Registered as the tokenizer corpus "alfworld": the base model
+"tiny-alfworld" (evaluators.base_models) is the tiny model whose tokenizer also learned it.
 """
 
 from __future__ import annotations
 
 import random
+
+from contracts.registry import register
 
 from .generator import SCENE_OBJECTS, SCENES, TASK_TYPES
 from .prompt import SYSTEM_PROMPT, format_prompt
@@ -80,6 +83,7 @@ def _admissible(rng: random.Random, here: str, objects: list[str], receptacles: 
     return sorted(cmds)
 
 
+@register("tokenizer_corpus", "alfworld")
 def tokenizer_texts(n: int = 1500, seed: int = 0) -> list[str]:
     """``n`` synthetic step prompts with their replies, plus the system prompt."""
     rng = random.Random(f"a2rl-alfworld-corpus:{seed}")

@@ -10,8 +10,8 @@ Two experts, both checked in the real engine (a trajectory is kept only if it wi
   and puts the object in the first receptacle of the goal's type. Learnable behaviour for an unseen game. When it
   fails on a game (it should not on generated games), the planner's walkthrough is used instead.
 
-Each step becomes one record ``{"game", "task", "task_type", "step", "expert", "messages": [system, user,
-assistant]}`` whose user message is :func:`envs.alfworld.prompt.format_prompt` and assistant message the command.
+Each step becomes one Demonstration (contracts.environment): the state the expert acted in and its command; the
+task renders it into a train row with the environment's own prompt.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from contracts.environment import Demonstration, Step
+
 from .engine import MAX_STEPS, AlfWorldGame
-from .prompt import SYSTEM_PROMPT, build_messages, format_prompt, parse_command  # noqa: F401  (re-exported)
 
 _TAKE_RE = re.compile(r"^take (.+?) from (.+)$")
 _MOVE_RE = re.compile(r"^move (.+?) to (.+)$")
@@ -268,35 +269,30 @@ def expert_steps(game_path: str | Path, mode: str = "search", max_steps: int = M
         game.close()
 
 
-def trajectory_records(episode: dict[str, Any], game_name: str | None = None) -> list[dict[str, Any]]:
-    """One SFT record per step of an expert episode (system + user prompt + assistant command)."""
-    records = []
-    history: list[str] = []
+def demonstrations(episode: dict[str, Any], game_name: str | None = None, episode_index: int = 0,
+                   history: Sequence[Sequence[str]] | None = None,
+                   labels: Sequence[bool] | None = None) -> list[Demonstration]:
+    """One Demonstration per step of an expert episode. ``history``: each step's earlier commands (default: the
+    episode's own commands so far); ``labels``: False for a step that is no demonstration (an injected detour)."""
+    out = []
+    done: list[str] = []
     for i, st in enumerate(episode["steps"]):
-        messages = build_messages(episode["task"], st["obs"], st["admissible"], history)
-        messages.append({"role": "assistant", "content": st["command"]})
-        records.append({"game": game_name or episode["game"], "task": episode["task"],
-                        "task_type": episode["task_type"], "step": i, "expert": episode["expert"],
-                        "messages": messages})
-        history.append(st["command"])
-    return records
-
-
-def expert_trajectories(game_paths: Iterable[str | Path], mode: str = "search", max_steps: int = MAX_STEPS,
-                        relative_to: str | Path | None = None) -> list[dict[str, Any]]:
-    """SFT records (see :func:`trajectory_records`) for every game, in order. ``relative_to``: name games by their
-    path relative to this folder (e.g. the train split) instead of their absolute path."""
-    out: list[dict[str, Any]] = []
-    for p in game_paths:
-        name = str(Path(p).relative_to(relative_to)) if relative_to is not None else None
-        out += trajectory_records(expert_steps(p, mode=mode, max_steps=max_steps), game_name=name)
+        if labels is None or labels[i]:
+            out.append(Demonstration(
+                instance=game_name or episode["game"], goal=episode["task"],
+                step=Step(observation=st["obs"], actions=tuple(st["admissible"]), reward=0.0, done=False),
+                history=tuple(history[i] if history is not None else done), action=st["command"],
+                episode=episode_index, index=i, expert=episode["expert"], info={"task_type": episode["task_type"]}))
+        done.append(st["command"])
     return out
 
 
-def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
-    return path
+def expert_demonstrations(game_paths: Iterable[str | Path], mode: str = "search", max_steps: int = MAX_STEPS,
+                          relative_to: str | Path | None = None) -> list[Demonstration]:
+    """Demonstrations for every game, in order. ``relative_to``: name games by their path relative to this folder
+    (e.g. the train split) instead of their absolute path."""
+    out: list[Demonstration] = []
+    for p in game_paths:
+        name = str(Path(p).relative_to(relative_to)) if relative_to is not None else None
+        out += demonstrations(expert_steps(p, mode=mode, max_steps=max_steps), game_name=name)
+    return out

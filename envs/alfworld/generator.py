@@ -18,12 +18,10 @@ the seeds does not rebuild it.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import random
 import re
-import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -530,19 +528,3 @@ def build_splits(out_dir: str | Path, n_train: int, n_eval: int, seed: int = 0,
                                  seed_limit=train_first + SPLIT_SEED_SPAN, max_per_type=max_per_type,
                                  max_receptacles=max_receptacles, workers=workers)
     return {"train": train_paths, "eval": eval_paths}
-
-
-def copy_game(game_file: str | Path, dest_dir: str | Path) -> Path:
-    """Copy one game folder (game.tw-pddl and traj_data.json) into ``dest_dir``."""
-    src = Path(game_file).parent
-    dest = Path(dest_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("game.tw-pddl", "traj_data.json"):
-        if (src / name).exists():
-            shutil.copy2(src / name, dest / name)
-    return dest / "game.tw-pddl"
-
-
-def load_game(path: str | Path) -> dict:
-    """Read a game file back (a copy you may modify)."""
-    return copy.deepcopy(json.loads(Path(path).read_text()))

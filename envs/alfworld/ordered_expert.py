@@ -6,11 +6,11 @@ it has searched, instead of first trying the receptacles that can hold the targe
 "where next" decision depends only on the admissible list and the previous commands. Longer trajectories (18 vs 10
 steps on average over 80 generated games, every one won within 50 steps).
 
-``ordered_records`` plays it with optional noise injection (DART, Laskey et al. 2017): with probability ``noise`` a
-step executes a perturbation instead of the expert's command (its previous command again, which the game answers
-"Nothing happens.", or a detour to a random receptacle). Perturbed steps are shown in later prompts' history but get
-no training row; every row is the expert's command from the state the perturbation led to, so a model sees how to
-recover from the loops and detours its own mistakes produce. An episode that does not win is discarded.
+``ordered_demonstrations`` plays it with optional noise injection (DART, Laskey et al. 2017): with probability
+``noise`` a step executes a perturbation instead of the expert's command (its previous command again, which the game
+answers "Nothing happens.", or a detour to a random receptacle). Perturbed steps are shown in later prompts' history
+but get no training row; every row is the expert's command from the state the perturbation led to, so a model sees
+how to recover from the loops and detours its own mistakes produce. An episode that does not win is discarded.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import random
 from pathlib import Path
 from typing import Any
 
+from contracts.environment import Demonstration
+
 from .engine import MAX_STEPS, AlfWorldGame
-from .expert import SearchExpert, _game_meta, expert_steps, trajectory_records
-from .prompt import build_messages
+from .expert import SearchExpert, _game_meta, demonstrations, expert_steps
 
 
 class OrderedSearchExpert(SearchExpert):
@@ -74,28 +75,24 @@ def ordered_episode(game: AlfWorldGame, meta: dict[str, Any], noise: float = 0.0
     return None
 
 
-def ordered_records(game_path: str | Path, episodes: int = 1, noise: float = 0.0, max_steps: int = MAX_STEPS,
-                    game_name: str | None = None) -> list[dict[str, Any]]:
-    """SFT records (the shape of :func:`envs.alfworld.expert.trajectory_records`) from one clean episode and
-    ``episodes - 1`` noisy ones. Falls back to the planner's walkthrough when the expert cannot win the game."""
+def ordered_demonstrations(game_path: str | Path, episodes: int = 1, noise: float = 0.0, max_steps: int = MAX_STEPS,
+                           game_name: str | None = None) -> list[Demonstration]:
+    """Demonstrations from one clean episode and ``episodes - 1`` noisy ones (a perturbed step is in the later
+    steps' history, but is no demonstration). Falls back to the planner's walkthrough when the expert cannot win."""
     game_path = Path(game_path)
     meta = _game_meta(game_path)
     name = game_name or str(game_path)
-    records: list[dict[str, Any]] = []
+    out: list[Demonstration] = []
     if meta["task_type"]:
         with AlfWorldGame(game_path, max_steps=None, walkthrough=False) as game:
             for k in range(max(1, episodes)):
                 steps = ordered_episode(game, meta, noise if k else 0.0, seed=k, max_steps=max_steps)
                 if steps is None:
                     continue
-                for i, st in enumerate(steps):
-                    if not st["label"]:
-                        continue
-                    messages = build_messages(game.task, st["obs"], st["admissible"], st["history"])
-                    messages.append({"role": "assistant", "content": st["command"]})
-                    records.append({"game": name, "task": game.task, "task_type": meta["task_type"],
-                                    "step": i, "episode": k, "expert": "ordered" if not k else "ordered+noise",
-                                    "messages": messages})
-    if not records:
-        records = trajectory_records(expert_steps(game_path, mode="planner", max_steps=max_steps), game_name=name)
-    return records
+                episode = {"game": name, "task": game.task, "task_type": meta["task_type"], "steps": steps,
+                           "expert": "ordered" if not k else "ordered+noise"}
+                out += demonstrations(episode, name, k, history=[st["history"] for st in steps],
+                                      labels=[st["label"] for st in steps])
+    if not out:
+        out = demonstrations(expert_steps(game_path, mode="planner", max_steps=max_steps), game_name=name)
+    return out

@@ -1,6 +1,8 @@
 """The one place that defines how an ALFWorld step is shown to a model and how its reply becomes a command.
 
-Used by the expert data (``expert.py``: SFT warm-up data) and by the grader's rollouts, so both see the same text.
+ALFWorld's ``render`` and ``parse`` (contracts.environment): the expert rows, the grader's rollouts and, copied into
+their code/ as task_prompt.py, the built-in agents all use this file, so all of them see the same text. It imports
+the standard library only.
 
 One step is one chat turn, independent of the previous turns (the prompt carries the history itself, so its length
 stays bounded over a 50-step episode and a tiny model can learn it)::
@@ -14,7 +16,7 @@ stays bounded over a 50-step episode and a tiny model can learn it)::
                Reply with the next command.
     assistant: <one admissible command, nothing else>
 
-``parse_command`` reads a reply leniently (first non-empty line, drops "Action:"/"> " prefixes, quotes, a trailing
+``parse`` reads a reply leniently (first non-empty line, drops "Action:"/"> " prefixes, quotes, a trailing
 period, case), maps it to an admissible command when it is one, and otherwise returns the cleaned text: the game
 answers "Nothing happens." to it, it is never an error.
 """
@@ -22,8 +24,7 @@ answers "Nothing happens." to it, it is never an error.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 SYSTEM_PROMPT = (
     "You are playing a text household game. Reach the task's goal. "
@@ -58,8 +59,8 @@ def format_prompt(task: str, observation: str, admissible_commands: Sequence[str
     return "\n".join(lines)
 
 
-def build_messages(task: str, observation: str, admissible_commands: Sequence[str],
-                   history: Sequence[str] = ()) -> list[dict[str, str]]:
+def render(task: str, observation: str, admissible_commands: Sequence[str],
+           history: Sequence[str] = ()) -> list[dict[str, str]]:
     """The chat messages a model answers for one step (system + user)."""
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
@@ -71,7 +72,7 @@ def _norm(s: str) -> str:
     return " ".join(s.lower().split())
 
 
-def parse_command(reply: str, admissible_commands: Sequence[str] | None = None) -> str:
+def parse(reply: str, admissible_commands: Sequence[str] | None = None) -> str:
     """A model's reply -> the command to send to the game."""
     text = (reply or "").replace("<|im_end|>", "\n")
     text = re.sub(r"<think>.*?</think>", "", text, flags=re.S)
@@ -89,37 +90,3 @@ def parse_command(reply: str, admissible_commands: Sequence[str] | None = None) 
             if cmd.startswith(_norm(c) + " "):
                 return c
     return cmd
-
-
-def run_episode(game: Any, policy: Callable[[list[dict[str, str]]], str], max_steps: int = 50) -> dict[str, Any]:
-    """Play one episode of ``game`` (an ``AlfWorldGame`` or its path) with ``policy(messages) -> reply``.
-
-    Returns ``{"won", "steps", "task", "commands", "replies"}``. This is the rollout loop the grader uses.
-    """
-    from .engine import AlfWorldGame
-
-    own = not hasattr(game, "step")
-    if own:
-        game = AlfWorldGame(game, max_steps=max_steps)
-    try:
-        obs, info = game.reset()
-        task = info.get("task", "")
-        history: list[str] = []
-        replies: list[str] = []
-        won = bool(info.get("won"))
-        for _ in range(max_steps):
-            if won:
-                break
-            admissible = info["admissible_commands"]
-            reply = policy(build_messages(task, obs, admissible, history))
-            cmd = parse_command(reply, admissible)
-            replies.append(reply)
-            history.append(cmd)
-            obs, _, done, info = game.step(cmd)
-            won = bool(info.get("won"))
-            if done:
-                break
-        return {"won": won, "steps": len(history), "task": task, "commands": history, "replies": replies}
-    finally:
-        if own:
-            game.close()

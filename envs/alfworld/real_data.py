@@ -43,16 +43,6 @@ def resolve_data_root(path: str | os.PathLike) -> Path:
     raise FileNotFoundError(f"no ALFWorld {DATA_DIRNAME} data (train/, valid_unseen/) under {p}")
 
 
-def is_real_data(path: str | os.PathLike | None) -> bool:
-    if not path:
-        return False
-    try:
-        resolve_data_root(path)
-        return True
-    except FileNotFoundError:
-        return False
-
-
 def discover_games(split_dir: str | os.PathLike, task_types: Sequence[str] | None = None) -> list[Path]:
     """Playable game files under one split folder, sorted (the upstream ``collect_game_files`` filters)."""
     wanted = {normalize_task_type(t) for t in (task_types or TASK_TYPES)}

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contracts.registry import register
 from evaluators.backends.base import EvaluatorBackend, ModelLoadError
 
 MAX_REASON = 600  # characters of an underlying error kept in the reason shown to the agent
@@ -26,6 +27,7 @@ class LoadedModel:
     pad_id: int
 
 
+@register("backend", "transformers")
 class TransformersBackend(EvaluatorBackend):
     def __init__(self, batch_size: int = 32, device: str = "auto", torch_threads: int | None = None):
         import torch

@@ -1,4 +1,1 @@
-"""Tasks: `load_task(cfg)` builds one from its config (conf/task/*.yaml)."""
-from evaluators.tasks.base import Task, load_task
-
-__all__ = ["Task", "load_task"]
+"""Single-turn tasks (levels 1 and 2), each a module registering its class (contracts.registry, kind "task")."""

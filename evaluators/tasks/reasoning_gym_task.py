@@ -2,19 +2,20 @@
 
 reasoning-gym item i of a dataset with seed S is drawn from Random(S + i), so train and eval come from disjoint
 seed ranges; any eval question that also occurs in train is dropped as well (small generators repeat questions).
-The eval seeds are derived from `eval_seed` and a secret kept on the grading side (evaluators/tasks/secret.py), far
+The eval seeds are derived from `eval_seed` and a secret kept on the grading side (contracts/grading_secrets.py), far
 above every train seed: an agent that knows the config and the generator still cannot rebuild the eval split.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from decimal import Decimal, InvalidOperation
-import hashlib
 from functools import cached_property
-from pathlib import Path
 
-from evaluators.tasks.base import Task
+from contracts.registry import register
+from contracts.task import Task
+from contracts.task_spec import TaskSpec
 
 # A number: optional minus (not a hyphen between two numbers), thousands groups with commas, decimals.
 NUMBER = re.compile(r"(?<![\d.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
@@ -48,36 +49,36 @@ def numeric_score(completion: str, answer: str) -> float:
     return float(got is not None and got == expected)
 
 
+@register("task", "reasoning_gym")
 class ReasoningGymTask(Task):
-    def __init__(self, name: str, dataset: str, train_size: int, eval_size: int, train_seed: int = 0,
-                 eval_seed: int = 1_000_000, dataset_config: dict | None = None, level: int = 1,
-                 prompt_template: str = "{question}", completion: str = "answer_cot", description: str = "",
-                 eval_salt: str | None = None, cache_dir: str | None = None):
+    def __init__(self, spec: TaskSpec, *, dataset: str, dataset_config: dict, train_size: int, eval_size: int,
+                 train_seed: int, eval_seed: int, completion: str, eval_salt: str | None,
+                 prompt_template: str = "{question}"):
         """completion: "answer_cot" trains on the generator's worked solution where it has one (it ends with the
-        answer), "answer" on the bare answer. prompt_template formats the generator's question into the prompt.
-        eval_salt: null keeps a random secret in CACHE_DIR/grading/eval-salt (a fixed string makes the eval split
-        the same on every machine, and public: for reproductions only)."""
-        super().__init__(name, level)
+        answer), "answer" on the bare answer. prompt_template formats the generator's question into the prompt
+        (the question alone unless a task's YAML says otherwise). eval_salt: null keeps a random secret in
+        CACHE_DIR/grading/eval-salt (a fixed string makes the eval split the same on every machine, and public:
+        for reproductions only)."""
+        super().__init__(spec)
+        name = spec.name
         self.dataset = dataset
         self.dataset_config = dict(dataset_config or {})
         self.train_size, self.eval_size = int(train_size), int(eval_size)
         self.train_seed, self.eval_seed = int(train_seed), int(eval_seed)
         self.prompt_template = prompt_template
         self.completion = completion
-        self.description = description
         if completion not in ("answer", "answer_cot"):
             raise ValueError(f"task {name}: completion={completion!r} must be 'answer' or 'answer_cot'")
         self.eval_salt = eval_salt
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else None
         if self.train_seed < 0 or self.train_seed + self.train_size > SECRET_SEEDS_FROM:
             raise ValueError(f"task {name}: train seeds {self.train_seed}..{self.train_seed + self.train_size - 1} "
                              f"must lie in 0..{SECRET_SEEDS_FROM - 1} (eval seeds are drawn above them)")
 
     def secret_eval_seed(self) -> int:
         """The first eval seed: eval_seed hashed with the grading side's secret. Only the grader calls this."""
-        from evaluators.tasks.secret import default_cache_dir, grading_secret
+        from contracts.grading_secrets import grading_secret
 
-        salt = self.eval_salt or grading_secret(self.cache_dir or default_cache_dir(), SALT_FILE)
+        salt = self.eval_salt or grading_secret(self.cache_dir, SALT_FILE)
         digest = hashlib.sha256(f"{salt}:{self.dataset}:{self.eval_seed}".encode()).digest()
         return SECRET_SEEDS_FROM + int.from_bytes(digest[:5], "big")
 
@@ -126,8 +127,7 @@ class ReasoningGymTask(Task):
 
     def instructions(self) -> str:
         example = self._train[0]
-        max_new = self.grader.get("max_new_tokens")
-        budget = f"at most {max_new} new tokens" if max_new else "a limited number of new tokens"
+        budget = f"at most {self.grader.max_new_tokens} new tokens"
         return f"""{self.description.strip() or f"Questions from the reasoning-gym generator `{self.dataset}`."}
 
 ## Data

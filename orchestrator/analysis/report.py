@@ -222,8 +222,9 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
         lines += ["No finished cells yet.", ""]
 
     lines += ["## Cells", ""]
-    rows = [[r.cell_id if r.status == "pending" else f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task, r.agent, r.driver, r.seed, r.status,
-             fmt(r.improvement, signed=True), r.n_submissions, r.outcome_class] for r in cells.itertuples()]
+    rows = [[r.cell_id if r.status == "pending" else f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task,
+             r.agent, r.driver, r.seed, r.status, fmt(r.improvement, signed=True), r.n_submissions, r.outcome_class]
+            for r in cells.itertuples()]
     lines += [md_table(["cell", "task", "agent", "driver", "seed", "status", "improvement", "submissions",
                         "outcome"], rows), ""]
 

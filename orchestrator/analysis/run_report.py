@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from contracts.code_snapshots import diff_summary
 from orchestrator.analysis import tables
 from orchestrator.analysis.markdown import fmt, md_table
-from orchestrator.recording import diff_summary
 
 # Below this an improvement is float noise, not progress.
 EPS = 1e-12

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orchestrator.specs import ConfigError
+from contracts.specs import ConfigError
 
 FINISHED_STATUSES = ("completed", "budget_exhausted", "agent_error", "infra_error")
 MISSING_STATUSES = ("pending", "running")

@@ -1,13 +1,16 @@
 """The run registry: which run tokens are open, and each run's budget counters.
 
 One Ray actor for the sweep, shared by every grading replica (and the rollout service), so replicas stay
-stateless and submission counting is atomic: an actor runs one method at a time.
+stateless and submission counting is atomic: an actor runs one method at a time. When it refuses, it says why with
+a Refusal (contracts.refusals), which the services answer as is.
 """
 from __future__ import annotations
 
 import time
 
 import ray
+
+from contracts.refusals import Refusal
 
 REGISTRY_NAME = "a2rl-run-registry"
 NAMESPACE = "a2rl"  # explicit: Serve replicas live in their own namespace
@@ -30,15 +33,15 @@ class RunRegistry:
         run = self.runs.get(token)
         return None if run is None else dict(run)
 
-    def reserve(self, token: str) -> tuple[int | None, str | None]:
-        """Claim the next submission id, or say which budget is spent."""
+    def reserve(self, token: str) -> tuple[int | None, Refusal | None]:
+        """Claim the next submission id, or say why not."""
         run = self.runs.get(token)
         if run is None or run["closed"]:
-            return None, "unknown or closed run token"
+            return None, Refusal("invalid_token", "unknown or closed run token")
         if time.time() >= run["deadline"]:
-            return None, "time budget exhausted"
+            return None, Refusal("budget_exhausted", "time budget exhausted")
         if run["used"] >= run["max_submissions"]:
-            return None, f"submission budget exhausted ({run['max_submissions']} used)"
+            return None, Refusal("budget_exhausted", f"submission budget exhausted ({run['max_submissions']} used)")
         run["used"] += 1
         run["inflight"] += 1
         return run["used"], None
@@ -64,16 +67,17 @@ class RunRegistry:
         self.runs.pop(token, None)
 
     # -- environment sessions of the rollout service (level 3): counted here so every replica sees one limit --------
-    def claim_session(self, token: str, session_id: str, limit: int) -> str | None:
+    def claim_session(self, token: str, session_id: str, limit: int) -> Refusal | None:
         """Count a new session against the run's limit; None when granted, else why not."""
         run = self.runs.get(token)
         if run is None or run["closed"]:
-            return "unknown or closed run token"
+            return Refusal("invalid_token", "unknown or closed run token")
         if time.time() >= run["deadline"]:
-            return "time budget exhausted"
+            return Refusal("budget_exhausted", "time budget exhausted")
         sessions = run.setdefault("sessions", set())
         if len(sessions) >= limit:
-            return f"session limit reached ({limit} open); close one (POST /env/close) or wait for idle ones to expire"
+            return Refusal("too_many_sessions", f"session limit reached ({limit} open); close one (POST /env/close) "
+                                                "or wait for idle ones to expire")
         sessions.add(session_id)
         return None
 
@@ -90,11 +94,13 @@ class RunRegistry:
         return len(sessions)
 
 
-_owned = []  # the creator keeps a handle: a non-detached actor lives as long as its owner holds one
+_owned: list = []  # the creator keeps a handle: a non-detached actor lives as long as its owner holds one
 
 
 def get_or_create_registry():
-    handle = RunRegistry.options(name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True).remote()
+    # @ray.remote turns the class into an actor class with .options; ray's stubs do not tell mypy so
+    options = RunRegistry.options  # type: ignore[attr-defined]
+    handle = options(name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True).remote()
     ray.get(handle.__ray_ready__.remote())
     _owned.append(handle)  # never drop the first (owning) handle, or the actor dies with it
     return handle
@@ -102,3 +108,12 @@ def get_or_create_registry():
 
 def registry():
     return ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
+
+
+def run_token(request) -> str:
+    """The caller's run token (Authorization: Bearer, or X-Run-Token), from any request with `headers`."""
+    auth = request.headers.get("authorization", "")
+    token = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-run-token", "")
+    if not token:
+        raise Refusal("missing_token", "send your run token: 'Authorization: Bearer $A2RL_RUN_TOKEN'")
+    return token

@@ -12,11 +12,6 @@ import secrets
 from pathlib import Path
 
 
-def default_cache_dir() -> Path:
-    """The same default as conf/config.yaml's cache_dir (the orchestrator exports A2RL_CACHE_DIR to Ray)."""
-    return Path(os.environ.get("A2RL_CACHE_DIR") or Path.home() / ".cache" / "a2rl").expanduser().resolve()
-
-
 def grading_secret(cache_dir: Path, name: str) -> str:
     """CACHE_DIR/grading/<name>: made once (by whichever process needs it first), then read."""
     path = Path(cache_dir) / "grading" / name

@@ -7,11 +7,9 @@ secret (``eval_salt`` in the config, else a random salt kept in CACHE_DIR/gradin
 generator and its seeds does not rebuild it. Train games are generated from a disjoint seed range, and any train
 game equal to an eval game is dropped.
 
-- ``train_rows()``: expert trajectories on the train games, one SFT row per step (the agent's data/train.jsonl).
-- ``eval_rows()``: one row per eval game (grader side only).
-- ``evaluate()``: ReAct-style rollouts of the submitted model on every eval game in lockstep, one batched greedy
-  ``backend.generate`` per step over the still-active games, at most ``max_steps`` steps; score = 100 x won / games.
-- ``train_games()``: what the rollout service serves (``envs.rollout_service``).
+- ``environment()``: the games as an Environment (``envs.alfworld.environment``): the grader plays the eval games
+  (score = 100 x won / games, evaluators.lockstep), the rollout service serves the train games.
+- ``train_rows()``: expert demonstrations on the train games, one SFT row per step (the agent's data/train.jsonl).
 """
 from __future__ import annotations
 
@@ -19,21 +17,20 @@ import fcntl
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import tempfile
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 
-from evaluators.tasks.base import Task
+from contracts.environment import Demonstration
+from contracts.registry import register
+from contracts.task import InteractiveTask
+from contracts.task_spec import TaskSpec
+from envs.alfworld import prompt
+from envs.alfworld.environment import AlfWorldEnvironment
 
 SALT_FILE = "alfworld-eval-salt"
-
-
-def default_cache_dir() -> Path:
-    """The same default as conf/config.yaml's cache_dir (the orchestrator exports A2RL_CACHE_DIR to Ray)."""
-    return Path(os.environ.get("A2RL_CACHE_DIR") or Path.home() / ".cache" / "a2rl").expanduser().resolve()
 
 
 @contextmanager
@@ -47,25 +44,26 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _expert_records(job: tuple) -> list[dict]:
-    """One train game's SFT records from its expert (a process-pool job)."""
+def _expert_demonstrations(job: tuple) -> list[Demonstration]:
+    """One train game's demonstrations by its expert (a process-pool job)."""
     game, name, expert, episodes, noise, max_steps = job
     if expert == "ordered":
-        from envs.alfworld.ordered_expert import ordered_records
+        from envs.alfworld.ordered_expert import ordered_demonstrations
 
-        return ordered_records(game, episodes, noise, max_steps, name)
-    from envs.alfworld.expert import expert_steps, trajectory_records
+        return ordered_demonstrations(game, episodes, noise, max_steps, name)
+    from envs.alfworld.expert import demonstrations, expert_steps
 
-    return trajectory_records(expert_steps(game, mode=expert, max_steps=max_steps), game_name=name)
+    return demonstrations(expert_steps(game, mode=expert, max_steps=max_steps), game_name=name)
 
 
-class AlfWorldTask(Task):
-    def __init__(self, name: str, n_train: int = 24, n_eval: int = 12, seed: int = 0,
-                 task_types: list[str] | None = None, max_receptacles_per_type: int | None = None,
-                 max_receptacles: int | None = None, level: int = 3, max_steps: int = 50,
-                 expert: str = "search", expert_episodes: int = 1, expert_noise: float = 0.0, eval_salt: str | None = None, data_path: str | None = None,
-                 build_workers: int = 1, eval_workers: int = 0, description: str = "",
-                 rollout: dict | None = None, cache_dir: str | None = None):
+@register("task", "alfworld")
+class AlfWorldTask(InteractiveTask):
+    environment_class = AlfWorldEnvironment
+
+    def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, seed: int, task_types: list[str] | None,
+                 max_receptacles_per_type: int | None, max_receptacles: int | None, max_steps: int, expert: str,
+                 expert_episodes: int, expert_noise: float, eval_salt: str | None, data_path: str | None,
+                 build_workers: int, eval_workers: int):
         """n_train / n_eval: generated games per split (with data_path: caps, 0 = all); task_types: the six upstream
         types or aliases (pick, look, clean, heat, cool, pick_two), cycled; max_receptacles_per_type /
         max_receptacles: smaller rooms (at most this many receptacles of a type / in all; None: the upstream
@@ -73,11 +71,9 @@ class AlfWorldTask(Task):
         imitate) or "planner"; expert_episodes / expert_noise (ordered only): episodes per train game, all but the
         first with perturbations injected at this rate (recovery data, see envs.alfworld.ordered_expert);
         build_workers: processes building the games and their expert rows; eval_workers: processes stepping eval
-        games during grading (0: in the grader's process); rollout: the rollout service's settings (see
-        envs.rollout_service); cache_dir: where games live (default: $A2RL_CACHE_DIR or ~/.cache/a2rl)."""
-        super().__init__(name, level)
-        if int(level) != 3:
-            raise ValueError(f"task {name}: ALFWorld is an interactive (level 3) task, got level={level}")
+        games during grading (0: in the grader's process). Games live under the task's cache_dir."""
+        super().__init__(spec)
+        name = spec.name
         if expert not in ("search", "ordered", "planner"):
             raise ValueError(f"task {name}: expert={expert!r} must be 'search', 'ordered' or 'planner'")
         self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
@@ -94,16 +90,13 @@ class AlfWorldTask(Task):
         self.eval_salt = eval_salt
         self.data_path = data_path
         self.build_workers = int(build_workers)
-        self.eval_workers = int(eval_workers)
-        self.description = description
-        self.rollout = dict(rollout or {})
-        self.cache_dir = Path(cache_dir).expanduser().resolve() if cache_dir else default_cache_dir()
+        self.eval_workers = int(eval_workers)  # processes stepping eval games while the model generates
         if not data_path and (self.n_train < 1 or self.n_eval < 1):
             raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1")
 
     # -- games ------------------------------------------------------------------------------------------------
     def _salt(self) -> str:
-        from evaluators.tasks.secret import grading_secret
+        from contracts.grading_secrets import grading_secret
 
         return str(self.eval_salt) if self.eval_salt else grading_secret(self.cache_dir, SALT_FILE)
 
@@ -156,6 +149,15 @@ class AlfWorldTask(Task):
     def eval_games(self) -> list[Path]:
         return list(self._splits["eval"])
 
+    @cached_property
+    def _environment(self) -> AlfWorldEnvironment:
+        games = {"train": self.train_games(), "eval": self.eval_games()}
+        names = {path: self.game_name(path) for paths in games.values() for path in paths}
+        return AlfWorldEnvironment(games, names, self.max_steps)
+
+    def environment(self) -> AlfWorldEnvironment:
+        return self._environment
+
     # -- rows -------------------------------------------------------------------------------------------------
     @cached_property
     def _train(self) -> list[dict]:
@@ -172,73 +174,32 @@ class AlfWorldTask(Task):
 
                         with concurrent.futures.ProcessPoolExecutor(
                                 self.build_workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                            per_game = list(pool.map(_expert_records, jobs, chunksize=8))
+                            per_game = list(pool.map(_expert_demonstrations, jobs, chunksize=8))
                     else:
-                        per_game = [_expert_records(job) for job in jobs]
-                    rows = [self._train_row(rec) for recs in per_game for rec in recs]
+                        per_game = [_expert_demonstrations(job) for job in jobs]
+                    rows = self.expert_rows(d for demos in per_game for d in demos)
                     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
                     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
                     os.replace(tmp, path)
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    def _train_row(self, rec: dict) -> dict:
-        system, user, assistant = rec["messages"]
-        return {"id": f"{self.name}-train-{rec['game']}-{rec.get('episode', 0)}-{rec['step']}", "prompt": user["content"],
-                "completion": assistant["content"], "answer": assistant["content"],
-                "messages": [system, user], "game": rec["game"], "task": rec["task"], "task_type": rec["task_type"],
-                "step": rec["step"], "episode": rec.get("episode", 0), "expert": rec["expert"]}
-
     def train_rows(self) -> list[dict]:
         return [dict(row) for row in self._train]
 
-    def eval_rows(self) -> list[dict]:
-        rows = []
-        for i, game in enumerate(self.eval_games()):
-            traj = game.parent / "traj_data.json"
-            task_type = json.loads(traj.read_text()).get("task_type", "") if traj.exists() else ""
-            rows.append({"id": f"{self.name}-eval-{i}", "game": str(game), "task_type": task_type})
-        return rows
-
-    def messages(self, row: dict) -> list[dict]:
-        """A train row's chat as the grader sends it (system + user); see envs.alfworld.prompt."""
-        if "messages" in row:
-            return [dict(m) for m in row["messages"]]
-        from envs.alfworld.prompt import SYSTEM_PROMPT
-
-        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["prompt"]}]
-
     def score(self, completion: str, row: dict) -> float:
-        """One step's reply against the expert's command (not the grade: see evaluate)."""
-        from envs.alfworld.prompt import parse_command
-
-        return float(parse_command(completion) == parse_command(row.get("answer", "")))
-
-    # -- grading ----------------------------------------------------------------------------------------------
-    def evaluate(self, backend, loaded, rows: list[dict], max_new_tokens: int) -> dict:
-        """Lockstep greedy rollouts on the rows' games: {score: 100 x success rate, n, items}."""
-        from envs.alfworld.rollouts import play_batch
-
-        episodes = play_batch([row["game"] for row in rows],
-                              lambda chats: backend.generate(loaded, chats, max_new_tokens),
-                              max_steps=self.max_steps, workers=self.eval_workers)
-        items = [{"id": row["id"], "task_type": row.get("task_type", ""), "score": float(ep["won"]),
-                  "steps": ep["steps"], "task": ep["task"], "commands": ep["commands"],
-                  "completion": ep["replies"][-1] if ep["replies"] else ""}
-                 for row, ep in zip(rows, episodes)]
-        won = sum(item["score"] for item in items)
-        return {"score": 100.0 * won / len(items) if items else 0.0, "n": len(items), "items": items}
+        """One step's reply against the expert's command (not the grade: the grader plays whole episodes)."""
+        return float(prompt.parse(completion) == prompt.parse(row.get("answer", "")))
 
     # -- the agent's view ---------------------------------------------------------------------------------------
     def instructions(self) -> str:
-        from envs.alfworld.prompt import SYSTEM_PROMPT
-
         rows = self._train
         example = rows[min(3, len(rows) - 1)]
-        limit = int(self.rollout.get("max_sessions_per_run", 16))
-        idle = float(self.rollout.get("idle_timeout_s", 300))
-        max_new = self.grader.get("max_new_tokens", 16)
+        limit = self.rollout.max_sessions_per_run
+        idle = self.rollout.idle_timeout_s
+        max_new = self.grader.max_new_tokens
         n_games = len(self.train_games())
-        return f"""{self.description.strip() or "ALFWorld: household text games (find, take, clean, heat, cool, place)."}
+        default = "ALFWorld: household text games (find, take, clean, heat, cool, place)."
+        return f"""{self.description.strip() or default}
 
 You post-train a model that plays text household games ("put a clean mug in the coffeemachine", "look at the book
 under the desklamp", ...). Each step the model sees the task, its previous commands, the game's last answer and the
@@ -269,7 +230,7 @@ The hidden eval split has {self.n_eval} other games of the same kinds. For each,
 step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
 add_generation_prompt=True)`) and decodes greedily, at most {max_new} new tokens, stopping at the eos token:
 
-    system:    {SYSTEM_PROMPT}
+    system:    {prompt.SYSTEM_PROMPT}
     user:      Task: <task sentence>.
                Previous commands: <c1>; <c2>; ... (or "none")
                Observation: <the game's last answer, without the welcome banner>

@@ -82,7 +82,7 @@ class DriverSpec:
 class CellSpec:
     agent: AgentSpec
     driver: DriverSpec
-    task: dict                      # the task's resolved config (see evaluators.tasks)
+    task: dict                      # the task's config as written (contracts.task_spec.TaskSpec reads it)
     seed: int
     budget: Budget
     sweep: str = ""
@@ -114,9 +114,19 @@ class CellSpec:
 GRADER_RUNTIME_KEYS = {"num_cpus", "num_gpus", "num_replicas", "batch_size", "max_concurrent", "backend", "threads"}
 
 
+# Task classes were named by their import path when the first ledgers were written. Identities still hash those
+# names, so cells keep their ids and score caches their keys now that a task class is registered by a short name.
+TASK_CLASS_IDENTITY = {
+    "reasoning_gym": "evaluators.tasks.reasoning_gym_task:ReasoningGymTask",
+    "alfworld": "evaluators.tasks.alfworld_task:AlfWorldTask",
+}
+
+
 def task_identity(task: dict) -> dict:
-    """A task config without its grader's resource knobs."""
+    """A task config without its grader's resource knobs, its class under the name its first cells hashed."""
     out = dict(task)
+    if "cls" in out:
+        out["cls"] = TASK_CLASS_IDENTITY.get(out["cls"], out["cls"])
     out["grader"] = {k: v for k, v in (task.get("grader") or {}).items() if k not in GRADER_RUNTIME_KEYS}
     return out
 

@@ -10,8 +10,14 @@ CACHE_DIR/grading/                      eval splits, scores, baselines (hidden f
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+
+def default_cache_dir() -> Path:
+    """The same default as conf/config.yaml's cache_dir (the orchestrator exports A2RL_CACHE_DIR to Ray's workers)."""
+    return Path(os.environ.get("A2RL_CACHE_DIR") or Path.home() / ".cache" / "a2rl").expanduser().resolve()
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,9 @@ _GIT_ENV = {
 }
 
 
-def _git(args: list[str], repo_dir: Path, input: bytes | None = None, **env: str) -> str:
+def _git(args: list[str], repo_dir: Path, input: bytes | None = None, env: dict[str, str] | None = None) -> str:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    full_env.update(_GIT_ENV, GIT_DIR=str(repo_dir), **env)
+    full_env.update(_GIT_ENV, GIT_DIR=str(repo_dir), **(env or {}))
     done = subprocess.run(["git", *args], input=input, env=full_env, capture_output=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed in {repo_dir}: {done.stderr.decode(errors='replace')}")
@@ -132,8 +132,8 @@ def _write_tree(code_dir: Path, repo_dir: Path, max_file_bytes: int) -> tuple[st
         env = {"GIT_INDEX_FILE": os.path.join(tmp, "index"), "GIT_WORK_TREE": str(code_dir)}
         # update-index hashes each listed path from the work tree (lstat: links stay links) into GIT_DIR.
         _git(["update-index", "--add", "-z", "--stdin"], repo_dir,
-             input=b"".join(os.fsencode(p) + b"\0" for p in keep), **env)
-        return _git(["write-tree"], repo_dir, **env), skipped
+             input=b"".join(os.fsencode(p) + b"\0" for p in keep), env=env)
+        return _git(["write-tree"], repo_dir, env=env), skipped
 
 
 def _head(repo_dir: Path) -> str | None:

@@ -11,7 +11,7 @@ content (tools offered, tool results present), never at call order, because CLIs
     ...
     fake.stop()
 
-`python -m agents.proxy.fake_upstream --port 0` runs it in the foreground.
+`python -m tests.support.fake_upstream --port 0` runs it in the foreground.
 """
 from __future__ import annotations
 
@@ -455,7 +455,7 @@ class FakeUpstream:
 
 def main(argv=None) -> None:
     from agents.proxy.server import run_forever
-    ap = argparse.ArgumentParser(prog="python -m agents.proxy.fake_upstream")
+    ap = argparse.ArgumentParser(prog="python -m tests.support.fake_upstream")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--chunks", type=int, default=8)

@@ -1,0 +1,176 @@
+"""The a2rl agent client: what a built-in agent needs from a2rl, in one stdlib-only file.
+
+a2rl copies it into the workspace's code/ next to the agent's script (the sandbox hides a2rl itself), and, for an
+interactive task, the environment's own render/parse module beside it as task_prompt.py: the agent then builds every
+chat exactly as the grader does.
+
+    run = load_run()                                  # run.json
+    submitter = Submitter(run, grading_estimate_s)    # background submissions to the grader, timed
+    status(run)                                       # GET /status
+    env = Env(run)                                    # rollout sessions on the train instances (interactive tasks)
+    chat(row)                                         # the chat a train row's prompt is, as the grader sends it
+    render(goal, observation, actions, history), parse(reply, actions)   # the task's (interactive tasks)
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+try:
+    import task_prompt  # the task's render/parse, copied beside this file for an interactive task
+except ImportError:
+    task_prompt = None
+
+
+def load_run(path: str = "run.json") -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def http(url: str, token: str, body: dict | None = None, timeout: float = 120.0) -> tuple[int, dict]:
+    """GET (body None) or POST JSON. Returns (HTTP status, JSON answer); refusals come back as 4xx with
+    {error, code}, a failed connection as status 0."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        try:
+            answer = json.loads(e.read() or b"{}")
+        except ValueError:
+            answer = {"error": str(e)}
+        return e.code, answer
+    except (urllib.error.URLError, TimeoutError, OSError) as e:
+        return 0, {"error": f"{type(e).__name__}: {e}"}
+
+
+def submit(run: dict, model_path: str, timeout: float | None = None) -> tuple[int, dict]:
+    """POST /submit a model directory (a path relative to the workspace)."""
+    timeout = timeout if timeout is not None else max(10.0, float(run["deadline"]) - time.time())
+    return http(run["grading_url"].rstrip("/") + "/submit", run["run_token"], {"model_path": model_path}, timeout)
+
+
+def status(run: dict) -> tuple[int, dict]:
+    """GET /status: time, submissions and best so far."""
+    return http(run["grading_url"].rstrip("/") + "/status", run["run_token"], timeout=30.0)
+
+
+class Submitter:
+    """Submits saved models one at a time in a background thread and times each grading, so training goes on
+    while the last model is graded."""
+
+    def __init__(self, run: dict, grading_estimate_s: float):
+        self.run = run
+        self.remaining = run.get("max_submissions")
+        self.grading_s = float(grading_estimate_s)  # a guess until a grading has been timed
+        self.stop = False          # the grader said no more (budget spent, bad token)
+        self.results: list[dict] = []
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._lock = threading.Lock()
+
+    def can_submit(self) -> bool:
+        return not self.stop and (self.remaining is None or self.remaining > 0)
+
+    def submit(self, model_path: str) -> None:
+        if self.remaining is not None:
+            self.remaining -= 1  # counted now so training does not plan rounds it cannot submit
+        self._pool.submit(self._submit, model_path)
+
+    def _submit(self, model_path: str) -> None:
+        if self.stop:  # a submission queued before the grader said no more
+            return
+        start = time.time()
+        code, answer = submit(self.run, model_path)
+        took = time.time() - start
+        with self._lock:
+            if code == 200:
+                self.grading_s = max(self.grading_s * 0.5, took)  # trust measurements over the first guess
+                if answer.get("remaining_submissions") is not None:
+                    self.remaining = min(self.remaining, answer["remaining_submissions"]) \
+                        if self.remaining is not None else answer["remaining_submissions"]
+            elif code in (401, 409):
+                self.stop = True
+            self.results.append({"model_path": model_path, "status": code, "took_s": round(took, 2), **answer})
+        print(json.dumps({"model_path": model_path, "status": code, **answer}), flush=True)
+
+    def best(self) -> float | None:
+        return max((r.get("score") or 0.0 for r in self.results if r["status"] == 200), default=None)
+
+    def wait(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+class Env:
+    """The rollout service: sessions on the train instances of an interactive task. Sessions are reused through
+    reset, and a pooled session that expired is opened anew."""
+
+    def __init__(self, run: dict, max_sessions: int | None = None):
+        self.url = (run.get("rollout_url") or run["grading_url"].rstrip("/") + "/env").rstrip("/")
+        self.token = run["run_token"]
+        code, info = http(self.url + "/games", self.token)
+        if code != 200:
+            raise RuntimeError(f"rollout service at {self.url}: {code} {info}")
+        self.games = info["games"]
+        self.max_steps = int(info["max_steps"])
+        self.max_sessions = int(max_sessions or info["max_sessions"])
+        self.free: list[str] = []
+        self.pool = ThreadPoolExecutor(max_workers=self.max_sessions)
+
+    def _post(self, path: str, body: dict) -> dict:
+        for attempt in range(5):
+            code, answer = http(self.url + path, self.token, body)
+            if code == 200:
+                return answer
+            if answer.get("code") == "unknown_session" and path == "/reset" and "session_id" in body:
+                body = {k: v for k, v in body.items() if k != "session_id"}  # it expired: open a new one
+                continue
+            if code not in (0, 429, 500, 502, 503) or attempt == 4:
+                raise RuntimeError(f"POST {path} {body}: {code} {answer}")
+            time.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def starts(self, starts: list[tuple[str, list[str]]]) -> list[dict]:
+        """Reset one session per (game, actions replayed after the reset)."""
+        if len(starts) > self.max_sessions:
+            raise ValueError(f"{len(starts)} parallel episodes, but at most {self.max_sessions} sessions")
+        n_new = max(0, len(starts) - len(self.free))
+        reused = [self.free.pop() for _ in range(len(starts) - n_new)]
+        bodies = [{"game": g, "actions": a} for g, a in starts]
+        for body, sid in zip(bodies, reused):
+            body["session_id"] = sid
+        return list(self.pool.map(lambda b: self._post("/reset", b), bodies))
+
+    def steps(self, moves: list[tuple[str, str]]) -> list[dict]:
+        """One action per (session, action), in parallel."""
+        return list(self.pool.map(lambda m: self._post("/step", {"session_id": m[0], "command": m[1]}), moves))
+
+    def release(self, session_ids: list[str]) -> None:
+        self.free += session_ids
+
+
+def chat(row: dict) -> list[dict]:
+    """The chat the grader sends for a train row's prompt: the row's `messages` when it has them (an interactive
+    task's step, system prompt included), else its prompt as one user message."""
+    return [dict(m) for m in row["messages"]] if row.get("messages") else [{"role": "user", "content": row["prompt"]}]
+
+
+def _task_prompt():
+    if task_prompt is None:
+        raise RuntimeError("there is no task_prompt.py beside a2rl_client.py: the task is not interactive")
+    return task_prompt
+
+
+def render(goal: str, observation: str, actions: list[str], history: list[str]) -> list[dict]:
+    """The chat the grader sends at one step of an episode (the task's own render)."""
+    return _task_prompt().render(goal, observation, actions, history)
+
+
+def parse(reply: str, actions: list[str] | None) -> str:
+    """The action the grader takes for a model's reply (the task's own parse)."""
+    return _task_prompt().parse(reply, actions)

@@ -1,0 +1,149 @@
+"""A task: visible train rows, hidden eval rows, instructions, the chat the grader sends and its scorer.
+
+A task class registers itself under a name (`@register("task", "reasoning_gym")`); a task's YAML names it in `cls:`
+and gives its knobs, which are the class's constructor arguments after the spec. `build_task(spec)` builds one.
+The grading service scores a submission (evaluators.evaluate): one greedy reply per eval row scored by `score`, or,
+for an interactive task, one episode per eval instance of its environment.
+"""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+from pathlib import Path
+
+from contracts import registry
+from contracts.environment import Demonstration, Environment
+from contracts.layout import default_cache_dir
+from contracts.specs import ConfigError
+from contracts.task_spec import GraderSettings, RolloutSettings, TaskSpec
+
+
+class Task:
+    """Base class. Subclasses fill in the splits, the instructions and the scorer; the chat is one user message."""
+
+    interactive = False  # an interactive task is an InteractiveTask: its items are episodes in an environment
+
+    def __init__(self, spec: TaskSpec):
+        self.spec = spec
+        self.name = spec.name
+        self.cache_dir: Path = default_cache_dir()  # where a task keeps what it builds (build_task may say otherwise)
+
+    @property
+    def level(self) -> int:
+        return self.spec.level
+
+    @property
+    def description(self) -> str:
+        return self.spec.description
+
+    @property
+    def grader(self) -> GraderSettings:
+        return self.spec.grader
+
+    @property
+    def rollout(self) -> RolloutSettings:
+        return self.spec.rollout
+
+    def train_rows(self) -> list[dict]:
+        """Visible to the agent. Each row has at least id, prompt, answer and completion (what an SFT learns)."""
+        raise NotImplementedError
+
+    def eval_rows(self) -> list[dict]:
+        """Hidden. Each row has at least id, prompt and answer."""
+        raise NotImplementedError
+
+    def instructions(self) -> str:
+        """Markdown for the agent: the task, the data format, the grader's prompt format, the answer format."""
+        raise NotImplementedError
+
+    def messages(self, row: dict) -> list[dict]:
+        """The chat the grader feeds the model (rendered with the model's own chat template)."""
+        return [{"role": "user", "content": row["prompt"]}]
+
+    def score(self, completion: str, row: dict) -> float:
+        """In [0, 1]."""
+        raise NotImplementedError
+
+
+class InteractiveTask(Task):
+    """A task whose items are episodes in an environment (level 3). The grader plays every eval instance with the
+    submitted model (evaluators.lockstep), the rollout service serves the train instances, and the train rows are
+    an expert's steps rendered the way the grader renders them."""
+
+    interactive = True
+    environment_class: type[Environment]  # its render/parse module is what built-in agents get beside them
+    eval_workers = 0  # processes stepping eval episodes while the model generates (0: in the grader's process)
+
+    def environment(self) -> Environment:
+        raise NotImplementedError
+
+    def eval_rows(self) -> list[dict]:
+        """One row per eval instance: its id, the instance's name and what the environment says about it."""
+        return [{"id": f"{self.name}-eval-{i}", "instance": inst.name, **inst.info}
+                for i, inst in enumerate(self.environment().instances("eval"))]
+
+    def messages(self, row: dict) -> list[dict]:
+        """A train row's chat as the grader sends it at that step (the environment rendered it into the row)."""
+        return [dict(m) for m in row["messages"]]
+
+    def expert_rows(self, demonstrations: Iterable[Demonstration]) -> list[dict]:
+        """SFT rows from an expert's steps: `messages`, the chat the grader sends in that state, and `completion`
+        (= `answer`), the expert's action; `prompt` is the chat's last message alone."""
+        env = self.environment()
+        rows = []
+        for d in demonstrations:
+            messages = env.render(d.goal, d.step, d.history)
+            rows.append({"id": f"{self.name}-train-{d.instance}-{d.episode}-{d.index}",
+                         "prompt": messages[-1]["content"], "completion": d.action, "answer": d.action,
+                         "messages": messages, "game": d.instance, "task": d.goal, **d.info, "step": d.index,
+                         "episode": d.episode, "expert": d.expert})
+        return rows
+
+
+def task_class(name: str) -> type[Task]:
+    cls = registry.lookup("task", name)
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise ConfigError(f"task class {name!r} is registered as {cls!r}, which is not a Task")
+    return cls
+
+
+def is_interactive(spec: TaskSpec) -> bool:
+    """Whether the task's class plays episodes (it then has a rollout service): a property of the class."""
+    return task_class(spec.cls).interactive
+
+
+def prompt_file(spec: TaskSpec) -> Path | None:
+    """The file of the task's render/parse module (stdlib only), for an interactive task."""
+    cls = task_class(spec.cls)
+    if not issubclass(cls, InteractiveTask):
+        return None
+    module = cls.environment_class.prompt
+    if module.__file__ is None:
+        raise ValueError(f"task {spec.name}: its render/parse module {module.__name__} has no file to copy")
+    return Path(module.__file__)
+
+
+def build_task(spec: TaskSpec, cache_dir: str | Path | None = None, cls: type[Task] | None = None) -> Task:
+    """The task a spec describes. Its knobs must be the class's constructor arguments: an unknown one is a
+    ConfigError naming the task and the arguments it takes. `cls`: the class itself, for a process whose registry
+    does not know the name (a Serve replica gets the class from the process that deployed it)."""
+    cls = cls or task_class(spec.cls)
+    if cls.interactive != (spec.level == 3):
+        raise ConfigError(f"task {spec.name}: level={spec.level}, but {spec.cls} is "
+                          f"{'an interactive task (level 3)' if cls.interactive else 'not interactive (level 1 or 2)'}")
+    accepted = {k: p for k, p in inspect.signature(cls).parameters.items() if k != "spec"}
+    unknown = sorted(set(spec.params) - set(accepted))
+    if unknown:
+        raise ConfigError(f"task {spec.name}: {spec.cls} does not take {unknown}; it takes {sorted(accepted)}")
+    missing = sorted(k for k, p in accepted.items() if p.default is inspect.Parameter.empty and k not in spec.params)
+    if missing:
+        raise ConfigError(f"task {spec.name}: {missing} missing; set them in conf/task/{spec.name}.yaml")
+    task = cls(spec, **spec.params)
+    if cache_dir is not None:
+        task.cache_dir = Path(cache_dir).expanduser().resolve()
+    return task
+
+
+def load_task(config: dict, cache_dir: str | Path | None = None) -> Task:
+    """A task straight from its config (a YAML's contents)."""
+    return build_task(TaskSpec.from_config(config), cache_dir)

@@ -1,0 +1,132 @@
+"""A task's config, typed and checked: its class, base model, own knobs, and grading and rollout settings.
+
+A task's YAML (conf/task/<name>.yaml) holds its name, its registered class (`cls`), its base model, the class's own
+knobs (constructor arguments, checked by contracts.task.build_task) and two blocks of service settings, `grader:`
+and `rollout:`. Every service setting has one default, in conf/task_defaults.yaml; a key nobody knows is a
+ConfigError that names the task. The cell's identity hashes the YAML as written (`config`), so a default added there
+changes no cell id.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from contracts.specs import ConfigError, task_identity
+
+DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "conf" / "task_defaults.yaml"
+
+# Keys of a task config that are not the class's own knobs.
+SPEC_KEYS = ("name", "cls", "base_model", "level", "description", "grader", "rollout")
+
+
+@dataclass(frozen=True)
+class GraderSettings:
+    backend: str
+    device: str
+    batch_size: int
+    max_new_tokens: int
+    num_cpus: float
+    num_gpus: float
+    threads: int | None
+    num_replicas: int
+    max_concurrent: int
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    num_hosts: int
+    num_replicas: int
+    max_sessions_per_run: int
+    idle_timeout_s: float
+    host_cpus: float
+    router_cpus: float
+
+
+# key -> (type, least value); None: the setting may be null
+_RULES: dict[str, tuple[type, float | None]] = {
+    "backend": (str, None), "device": (str, None), "batch_size": (int, 1), "max_new_tokens": (int, 1),
+    "num_cpus": (float, 0), "num_gpus": (float, 0), "threads": (int, 1), "num_replicas": (int, 1),
+    "max_concurrent": (int, 1), "num_hosts": (int, 1), "max_sessions_per_run": (int, 1),
+    "idle_timeout_s": (float, 0), "host_cpus": (float, 0), "router_cpus": (float, 0),
+}
+_NULLABLE = {"threads"}
+
+
+@cache
+def defaults() -> dict:
+    return yaml.safe_load(DEFAULTS_FILE.read_text())
+
+
+def _number(where: str, key: str, value: Any) -> Any:
+    kind, least = _RULES[key]
+    if value is None and key in _NULLABLE:
+        return None
+    if kind is str:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where}.{key}={value!r} must be a non-empty string")
+        return value
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not is_number or (kind is int and value != int(value)) or (least is not None and value < least):
+        what = "an integer" if kind is int else "a number"
+        raise ConfigError(f"{where}.{key}={value!r} must be {what} >= {least:g}"
+                          + (" (or null)" if key in _NULLABLE else ""))
+    return int(value) if kind is int else float(value)
+
+
+def _settings(settings_cls: type, block: str, given: Any, task_where: str) -> Any:
+    base = defaults()[block]
+    where = f"{task_where}: {block}"
+    if given is not None and not isinstance(given, dict):
+        raise ConfigError(f"{where} must be a mapping of settings, got {given!r}")
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(base))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(base)} "
+                          f"(defaults in conf/task_defaults.yaml)")
+    merged = {**base, **given}
+    return settings_cls(**{f.name: _number(where, f.name, merged[f.name]) for f in dataclasses.fields(settings_cls)})
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    cls: str                        # the registered task class (contracts.registry, kind "task")
+    base_model: str
+    level: int
+    description: str
+    grader: GraderSettings
+    rollout: RolloutSettings
+    params: dict                    # the class's own knobs
+    config: dict                    # the YAML as written
+
+    @classmethod
+    def from_config(cls, config: dict) -> "TaskSpec":
+        config = dict(config)
+        name = config.get("name")
+        if not name or not isinstance(name, str):
+            raise ConfigError(f"a task config needs a name, got {config}")
+        where = f"task {name}"
+        for key in ("cls", "base_model"):
+            if not config.get(key) or not isinstance(config[key], str):
+                raise ConfigError(f"{where}: {key} is missing")
+        level = config.get("level", defaults()["level"])
+        if level not in (1, 2, 3):
+            raise ConfigError(f"{where}: level={level!r} must be 1 (rule-graded), 2 (judge-graded) or 3 (interactive)")
+        description = config.get("description", defaults()["description"])
+        if not isinstance(description, str):
+            raise ConfigError(f"{where}: description must be text, got {description!r}")
+        return cls(name=name, cls=config["cls"], base_model=config["base_model"], level=int(level),
+                   description=description,
+                   grader=_settings(GraderSettings, "grader", config.get("grader"), where),
+                   rollout=_settings(RolloutSettings, "rollout", config.get("rollout"), where),
+                   params={k: v for k, v in config.items() if k not in SPEC_KEYS}, config=config)
+
+    @property
+    def identity(self) -> dict:
+        """What decides the task's data and scores: its config without the grader's resources."""
+        return task_identity(self.config)

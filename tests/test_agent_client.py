@@ -1,0 +1,147 @@
+"""The built-in agents train on exactly the chats the grader sends: their one client (agents/builtin/a2rl_client.py)
+and, for an interactive task, the environment's own render/parse, copied beside them as a cell copies them."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from agents.kinds import agent_kind
+from contracts.specs import AgentSpec, ConfigError
+from contracts.task import load_task, prompt_file
+from contracts.task_spec import TaskSpec
+from orchestrator.sweep import agent_spec, load_named
+from tests.conftest import load_script
+
+
+def code_dir(tmp_path, task_cfg: dict, script: str):
+    """What a cell puts in a built-in agent's code/: its script, the client, and the task's render/parse if any."""
+    _, files = agent_kind("builtin").command(AgentSpec(name=script, kind="builtin", script=script),
+                                             prompt_file(TaskSpec.from_config(task_cfg)))
+    code = tmp_path / "code"
+    code.mkdir()
+    for name, source in files.items():
+        shutil.copy(source, code / name)
+    return code
+
+
+def test_the_client_is_no_agent_of_its_own():
+    with pytest.raises(ConfigError, match="no built-in agent script 'a2rl_client'; known: copy_base, noop"):
+        agent_spec({"name": "x", "kind": "builtin", "script": "a2rl_client"}, "agent")
+
+
+def test_sft_trains_on_the_graders_chat_for_single_turn_rows(tmp_path):
+    task_cfg = {**load_named("task", "arithmetic", "test"), "train_size": 20, "eval_size": 5}
+    task = load_task(task_cfg)
+    code = code_dir(tmp_path, task_cfg, "sft")
+    assert sorted(p.name for p in code.iterdir()) == ["a2rl_client.py", "sft.py"]  # no prompt: not interactive
+    sft = load_script(code / "sft.py")
+    rows = task.train_rows()
+    data = sft.chat_dataset(rows)
+    assert [d["prompt"] for d in data] == [task.messages(row) for row in rows]
+
+
+alfworld = pytest.importorskip("alfworld")
+
+
+@pytest.fixture(scope="module")
+def small_task(cache_dir):
+    from tests.test_rollout_service import SMALL_TASK
+
+    return SMALL_TASK, load_task(SMALL_TASK, cache_dir)
+
+
+class InProcessEnv:
+    """The rollout service's answers (a2rl_client.Env's interface) from the environment in this process."""
+
+    def __init__(self, env):
+        self.env, self.instances = env, env.instances("train")
+        self.games = [{"index": i, "name": inst.name, **inst.info} for i, inst in enumerate(self.instances)]
+        self.max_steps, self.max_sessions = env.max_steps, 16
+        self.open: dict[str, tuple] = {}
+
+    def _answer(self, sid, episode, step, won):
+        return {"session_id": sid, "observation": step.observation, "admissible_commands": list(step.actions),
+                "reward": step.reward, "won": won, "done": won or step.done, "steps": episode.steps}
+
+    def starts(self, starts):
+        out = []
+        for game, actions in starts:
+            inst = next(i for i in self.instances if i.name == game)
+            episode = self.env.open(inst)
+            step, won = episode.reset(), False
+            for action in actions:
+                step = episode.step(action)
+                won = won or step.won
+            sid = f"s{len(self.open)}"
+            self.open[sid] = (episode, won)
+            out.append({**self._answer(sid, episode, step, won), "task": episode.goal})
+        return out
+
+    def steps(self, moves):
+        out = []
+        for sid, action in moves:
+            episode, won = self.open[sid]
+            step = episode.step(action)
+            self.open[sid] = (episode, won or step.won)
+            out.append(self._answer(sid, episode, step, won or step.won))
+        return out
+
+    def release(self, session_ids):
+        for sid in session_ids:
+            self.open.pop(sid)[0].close()
+
+
+def test_sft_grpo_plays_and_trains_on_the_graders_chats(small_task, tmp_path):
+    """sft_grpo's episodes (what it trains GRPO on) against the grader's lockstep rollouts: with the same replies,
+    every chat is the same, and its parse takes the same actions (<think> stripped, chatter after a command)."""
+    from evaluators.lockstep import play
+
+    cfg, task = small_task
+    code = code_dir(tmp_path, cfg, "sft_grpo")
+    assert sorted(p.name for p in code.iterdir()) == ["a2rl_client.py", "sft_grpo.py", "task_prompt.py"]
+    agent = load_script(code / "sft_grpo.py")
+    env = task.environment()
+    plans = {inst.name: json.loads(path.read_text())["walkthrough"]
+             for inst, path in zip(env.instances("train"), task.train_games())}
+
+    by_goal = {}
+    for inst in env.instances("train"):
+        episode = env.open(inst)
+        episode.reset()
+        by_goal[f"Task: {episode.goal.strip().rstrip('.')}."] = plans[inst.name]
+        episode.close()
+
+    def replies(chats):  # the expert's next command, wrapped the way a chatty model might
+        out = []
+        for chat in chats:
+            task_line, previous = chat[-1]["content"].splitlines()[:2]
+            previous = previous.removeprefix("Previous commands: ")
+            command = by_goal[task_line][0 if previous == "none" else len(previous.split("; "))]
+            out.append(f"<think>go on</think>Action: {command} because it is next")
+        return out
+
+    graders: list[list[dict]] = []
+    agents: list[list[dict]] = []
+
+    def grader_generate(chats):
+        graders.extend(chats)
+        return replies(chats)
+
+    class Policy:  # sft_grpo's policy interface: the model is replaced, its chats recorded
+        def __call__(self, chats, sample=False, temperature=1.0):
+            agents.extend(chats)
+            return replies(chats)
+
+    instances = env.instances("train")
+    assert all(ep["won"] for ep in play(env, instances, grader_generate))  # the grader plays them as eval games
+    played = agent.play(InProcessEnv(env), Policy(), [(inst.name, []) for inst in instances], env.max_steps,
+                        record=True)
+    assert [ep["won"] for ep in played] == [True] * len(instances)
+    assert sorted(map(json.dumps, agents)) == sorted(map(json.dumps, graders))
+    states = [s["messages"] for ep in played for s in ep["states"]]
+    assert sorted(map(json.dumps, states)) == sorted(map(json.dumps, graders))  # what GRPO trains on
+    rows = task.train_rows()
+    sft = load_script(code / "sft_grpo.py")
+    assert [d["prompt"] for d in sft.sft_rows(rows)] == [task.messages(row) for row in rows]
