@@ -188,8 +188,8 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
         print_plan(plan, emulated, out)
         return plan
 
-    check_writable({"output_dir": layout.output_dir, "cache_dir": layout.cache_dir,
-                    "cluster.workspace_root": layout.workspace_root})
+    # (not the workspace root: on a cluster it is the nodes' shared path, which this machine may not mount)
+    check_writable({"output_dir": layout.output_dir, "cache_dir": layout.cache_dir})
     sandbox.Settings.from_cfg(to_plain(cfg.sandbox))  # a bad sandbox setting is one line, before anything starts
     sandboxed = sandbox.check_available(bool(cfg.sandbox.required))
     if not sandboxed:
