@@ -269,6 +269,44 @@ def test_sft_beats_the_base_model(tiny, backend, arithmetic, tmp_path):
     backend.unload(loaded)
 
 
+def test_sft_keeps_training_after_a_slow_warm_up_cut_its_first_round(tiny, arithmetic, tmp_path):
+    """As on the H100: the first steps are slow (CUDA warm-up, here a sleep), so the first round is cut for time.
+    The agent must not stop there: its pace comes from the warm steps, and it goes on in rounds that fit."""
+    from transformers import TrainerCallback
+
+    sft = load_script(ROOT / "agents" / "builtin" / "sft.py")
+
+    class SlowWarmUp(TrainerCallback):
+        def on_step_end(self, _args, state, control, **kw):
+            if state.global_step <= 12:
+                time.sleep(1.0)
+
+    rounds = []
+    saved = sft.train(tiny, arithmetic.train_rows()[:200], tmp_path / "output",
+                      {"steps_per_round": 100, "max_rounds": 20, "threads": 1, "grading_estimate_s": 1,
+                       "margin_s": 1, "min_round_steps": 5}, seed=0, deadline=time.time() + 40,
+                      on_round=rounds.append, callbacks=[SlowWarmUp()])
+    # 100 steps at the warm-up's pace cannot fit in 40 s, so round 1 is cut after about 11 steps; rounds follow
+    assert len(saved) >= 2 and saved == rounds, saved
+
+
+def test_agents_name_activation_checkpointing_as_the_installed_transformers_does():
+    import dataclasses
+
+    from trl import GRPOConfig, SFTConfig
+
+    client = load_script(ROOT / "agents" / "builtin" / "a2rl_client.py")
+
+    @dataclasses.dataclass
+    class OlderConfig:  # transformers 5.17's TrainingArguments knew only the old name
+        gradient_checkpointing: bool = False
+
+    assert client.checkpointing(OlderConfig, False) == {"gradient_checkpointing": False}
+    for config in (SFTConfig, GRPOConfig):
+        kwargs = client.checkpointing(config, False)
+        assert config(output_dir="/tmp/a2rl-x", use_cpu=True, bf16=False, **kwargs)  # the installed version takes it
+
+
 def test_sft_trains_on_the_chat_the_grader_sends():
     """A row with `messages` (ALFWorld's carry a system prompt) is trained on exactly those; a bare row on its text.
     Training without the system prompt the grader sends cost the tiny model most of its ALFWorld wins."""

@@ -10,6 +10,7 @@ chat exactly as the grader does.
     env = Env(run)                                    # rollout sessions on the train instances (interactive tasks)
     chat(row)                                         # the chat a train row's prompt is, as the grader sends it
     render(goal, observation, actions, history), parse(reply, actions)   # the task's (interactive tasks)
+    checkpointing(SFTConfig, on)                      # the trainer keyword for activation checkpointing
 """
 from __future__ import annotations
 
@@ -25,6 +26,15 @@ try:
     import task_prompt  # the task's render/parse, copied beside this file for an interactive task
 except ImportError:
     task_prompt = None
+
+
+def checkpointing(config_cls, on: bool) -> dict:
+    """The trainer-config keyword for activation checkpointing in the installed transformers: `activation_checkpointing`
+    (its name since 5.2x), else the older `gradient_checkpointing` (transformers 5.17 refuses the new name)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": on}
 
 
 def load_run(path: str = "run.json") -> dict:

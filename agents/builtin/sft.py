@@ -7,7 +7,8 @@ background thread, so the next round trains while the last one is graded.
 
 Knobs (run.json "agent_args"): steps_per_round, max_rounds, learning_rate, batch_size, warmup_steps,
 lr_scheduler_type, weight_decay, max_length, margin_s (kept free before the deadline), grading_estimate_s (a guess
-until a grading has been timed), threads (torch threads; default: OMP_NUM_THREADS), activation_checkpointing.
+until a grading has been timed), threads (torch threads; default: OMP_NUM_THREADS), activation_checkpointing,
+pace_window (steps the pace is timed over), min_round_steps (the shortest round worth a submission).
 
 Runs inside the sandbox on torch, transformers, trl and datasets, and a2rl_client.py (copied beside it): the grader's
 chat for each row and the background submitter.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 import a2rl_client
@@ -34,6 +36,8 @@ DEFAULTS = {
     "grading_estimate_s": 15.0,
     "threads": None,
     "activation_checkpointing": False,  # trl turns it on: ~10% slower on small models, worth it only for memory
+    "pace_window": 20,                   # steps the time per step is measured over
+    "min_round_steps": 10,               # a round shorter than this is not worth a submission
 }
 
 
@@ -60,10 +64,11 @@ def chat_dataset(rows: list[dict]):
 
 
 def train(model_path, rows: list[dict], output_dir, args: dict, seed: int, deadline: float,
-          on_round, grading_s=None) -> list[str]:
+          on_round, grading_s=None, callbacks=()) -> list[str]:
     """Train in rounds of args["steps_per_round"]; after each, save output_dir/round-N and call
     on_round(path) -> bool (False: stop). A round is only started when it and its grading (grading_s(): the
-    current estimate in seconds) end before the deadline. Returns the saved round directories."""
+    current estimate in seconds) end before the deadline. Returns the saved round directories. callbacks: more
+    trainer callbacks (the tests slow the first steps down with one)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
     from trl import SFTConfig, SFTTrainer
@@ -86,30 +91,35 @@ def train(model_path, rows: list[dict], output_dir, args: dict, seed: int, deadl
         warmup_steps=int(args["warmup_steps"]), weight_decay=float(args["weight_decay"]),
         max_length=int(args["max_length"]), seed=seed, data_seed=seed, bf16=bf16, use_cpu=not use_gpu,
         save_strategy="no", report_to=[], logging_steps=max(1, steps // 5), disable_tqdm=True,
-        dataloader_num_workers=0, activation_checkpointing=bool(args["activation_checkpointing"]),
+        dataloader_num_workers=0, **a2rl_client.checkpointing(SFTConfig, bool(args["activation_checkpointing"])),
     )
     saved: list[str] = []
 
     class Rounds(TrainerCallback):
         """Saves and hands over a round at its last step. The next round gets `steps` steps, or fewer when only
-        fewer fit before the deadline (with its grading and the margin), or none when under a quarter fits."""
+        fewer fit before the deadline (with its grading and the margin); training stops when not even
+        `min_round_steps` fit. The pace is timed over the last `pace_window` steps: the first steps carry warm-up
+        costs (CUDA's, measured at 20x a warm step on an H100) that must not decide the rest of the run."""
 
         def __init__(self):
-            self.start = self.first_step = None
+            self.ticks: deque = deque(maxlen=int(args["pace_window"]) + 1)
             self.round_end = steps
+
+        def per_step(self) -> float | None:
+            t = self.ticks
+            return (t[-1] - t[0]) / (len(t) - 1) if len(t) >= 2 else None
 
         def on_step_end(self, _args, state, control, **kw):
             now, step = time.time(), state.global_step
-            if self.start is None:  # the first step carries warm-up costs; time from its end
-                self.start, self.first_step = now, step
-            per_step = (now - self.start) / (step - self.first_step) if step > self.first_step else None
+            self.ticks.append(now)
+            per_step = self.per_step()
             reserve = grading_s() + float(args["margin_s"])
             # Safety net: if the estimates were off and this round cannot finish, hand over what we have now.
-            # Trust the per-step estimate only after some steps: one slow step (a busy machine) must not end
-            # the run after two steps; running out of time outright always counts.
-            timed = step - (self.first_step or step)
+            # Trust the pace only after some steps: one slow step (a busy machine) must not cut a round after
+            # two steps; running out of time outright always counts.
             late = now + reserve > deadline or (
-                per_step is not None and timed >= 10 and now + (self.round_end - step) * per_step + reserve > deadline)
+                per_step is not None and len(self.ticks) > 10
+                and now + (self.round_end - step) * per_step + reserve > deadline)
             if step < self.round_end and not late:
                 return
             path = output_dir / f"round-{len(saved) + 1}"
@@ -119,13 +129,14 @@ def train(model_path, rows: list[dict], output_dir, args: dict, seed: int, deadl
             log(f"round {len(saved)} saved at step {step}" + (f" ({per_step:.3f} s/step)" if per_step else ""))
             keep_going = on_round(str(path)) is not False
             fit = int((deadline - time.time() - reserve) / per_step) if per_step else steps
-            if late or not keep_going or fit < max(1, steps // 4):
+            # A round cut short for time is no reason to stop: the pace may have been a warm-up's.
+            if not keep_going or fit < int(args["min_round_steps"]):
                 control.should_training_stop = True
             else:
                 self.round_end = step + min(steps, fit)
 
     trainer = SFTTrainer(model=model, args=config, train_dataset=chat_dataset(rows), processing_class=tokenizer,
-                         callbacks=[Rounds()])
+                         callbacks=[Rounds(), *callbacks])
     trainer.train()
     return saved
 

@@ -183,7 +183,7 @@ def run_sft(model, tokenizer, rows: list[dict], args: dict, seed: int, until: fl
         max_length=int(args["max_length"]), seed=seed, data_seed=seed, save_strategy="no", report_to=[],
         logging_steps=max(1, int(args["sft_steps"]) // 10), disable_tqdm=True, use_cpu=not use_gpu,
         bf16=use_gpu and torch.cuda.is_bf16_supported(), dataloader_num_workers=0,
-        activation_checkpointing=bool(args["activation_checkpointing"]))
+        **a2rl_client.checkpointing(SFTConfig, bool(args["activation_checkpointing"])))
     SFTTrainer(model=model, args=config, train_dataset=sft_rows(rows), processing_class=tokenizer,
                callbacks=[Deadline()]).train()
 
@@ -205,7 +205,7 @@ def grpo_round(model, tokenizer, states: list[dict], reward: EnvReward, args: di
         loss_type=args["loss_type"], scale_rewards=args["scale_rewards"],
         lr_scheduler_type="constant", warmup_steps=0, seed=seed, data_seed=seed, save_strategy="no", report_to=[],
         logging_steps=1, disable_tqdm=True, use_cpu=not use_gpu, bf16=False, dataloader_num_workers=0,
-        activation_checkpointing=bool(args["activation_checkpointing"]))
+        **a2rl_client.checkpointing(GRPOConfig, bool(args["activation_checkpointing"])))
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=data,
                           processing_class=tokenizer)
