@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from contracts.specs import AgentSpec, Budget, CellSpec, ConfigError, DriverSpec, to_plain
+from contracts.task import task_class
 from contracts.task_spec import TaskSpec
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -132,8 +133,8 @@ def compatible_drivers(agent: AgentSpec, drivers: list[DriverSpec]) -> list[Driv
 
 
 def check_task(data: dict) -> dict:
-    """The task's config as written (a cell's identity), once its spec reads without a config error."""
-    TaskSpec.from_config(data)
+    """The task's config as written (a cell's identity), once its spec reads and its class is known."""
+    task_class(TaskSpec.from_config(data).cls)
     return data
 
 

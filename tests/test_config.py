@@ -1,14 +1,17 @@
 """Sweep expansion, stable cell ids, and config mistakes reported in one clear line."""
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 import orchestrator.sweep as sweep_module
 from contracts.specs import ConfigError
+from contracts.task_spec import TaskSpec
 from orchestrator.sweep import check_cluster, expand, load_named
 from tests.conftest import ROOT, compose
 
@@ -83,6 +86,11 @@ def test_a_config_that_extends_itself_is_refused(tmp_path, monkeypatch):
     (["sweep.seeds=[]"], "sweep.seeds is empty"),
     (["sweep.budget.gpus=-1"], "gpus=-1 must be a number >= 0"),
     (["agent=command"], "agent.command is required for agent 'command'"),
+    (["task=arithmetic", "+task.grader.colour=red"], "task arithmetic: grader: unknown key(s) ['colour']"),
+    (["task=arithmetic", "task.grader.batch_size=0"], "task arithmetic: grader.batch_size=0 must be an integer >= 1"),
+    (["task=arithmetic", "+task.rollout.num_hosts=1.5"], "task arithmetic: rollout.num_hosts=1.5 must be an integer"),
+    (["task=arithmetic", "task.cls=nope"], "unknown task 'nope'; known: alfworld, reasoning_gym"),
+    (["sweep.agents=[sft]", "+agent.kind=robot"], "agent.kind='robot' must be one of 'builtin', 'cli', 'command'"),
 ])
 def test_config_errors_name_key_and_value(overrides, message):
     with pytest.raises(ConfigError) as e:
@@ -158,3 +166,16 @@ def test_folders_that_cannot_be_written_are_one_line_naming_the_key(tmp_path):
             check_writable({key: folder})
     check_writable({"output_dir": tmp_path / "new" / "out"})  # made when missing
     assert (tmp_path / "new" / "out").is_dir()
+
+
+def test_every_task_setting_has_one_default_in_conf():
+    defaults = yaml.safe_load((ROOT / "conf" / "task_defaults.yaml").read_text())
+    spec = TaskSpec.from_config({"name": "bare", "cls": "reasoning_gym", "base_model": "tiny"})
+    assert dataclasses.asdict(spec.grader) == defaults["grader"]
+    assert dataclasses.asdict(spec.rollout) == defaults["rollout"]
+    assert (spec.level, spec.description) == (defaults["level"], defaults["description"])
+    # a task's YAML overrides one setting and keeps the others' defaults; its identity is the YAML as written
+    arithmetic = load_named("task", "arithmetic", "test")
+    spec = TaskSpec.from_config(arithmetic)
+    assert spec.grader.max_new_tokens == 16 and spec.grader.max_concurrent == defaults["grader"]["max_concurrent"]
+    assert spec.config == arithmetic and "max_concurrent" not in spec.identity["grader"]
