@@ -96,44 +96,53 @@ def train(model_path, rows: list[dict], output_dir, args: dict, seed: int, deadl
     saved: list[str] = []
 
     class Rounds(TrainerCallback):
-        """Saves and hands over a round at its last step. The next round gets `steps` steps, or fewer when only
-        fewer fit before the deadline (with its grading and the margin); training stops when not even
-        `min_round_steps` fit. The pace is timed over the last `pace_window` steps: the first steps carry warm-up
-        costs (CUDA's, measured at 20x a warm step on an H100) that must not decide the rest of the run."""
+        """Saves and hands over a round at its last step. A round gets `steps` steps, or fewer when only fewer fit
+        before the deadline (with its grading and the margin): a round that turns out too long is shortened, not
+        ended, and training stops when not even `min_round_steps` fit. The pace is timed over the last
+        `pace_window` steps: the first steps carry warm-up costs (CUDA's, measured at 20x a warm step on an H100)
+        that must not decide the rest of the run."""
 
         def __init__(self):
             self.ticks: deque = deque(maxlen=int(args["pace_window"]) + 1)
-            self.round_end = steps
+            self.round_start, self.round_end = 0, steps
 
         def per_step(self) -> float | None:
             t = self.ticks
             return (t[-1] - t[0]) / (len(t) - 1) if len(t) >= 2 else None
 
+        def fit(self, now: float, reserve: float) -> int:
+            """Steps that fit before the deadline, keeping the reserve (grading and margin) free."""
+            per_step = self.per_step()
+            return int((deadline - now - reserve) / per_step) if per_step else steps
+
         def on_step_end(self, _args, state, control, **kw):
             now, step = time.time(), state.global_step
             self.ticks.append(now)
-            per_step = self.per_step()
             reserve = grading_s() + float(args["margin_s"])
-            # Safety net: if the estimates were off and this round cannot finish, hand over what we have now.
-            # Trust the pace only after some steps: one slow step (a busy machine) must not cut a round after
-            # two steps; running out of time outright always counts.
-            late = now + reserve > deadline or (
-                per_step is not None and len(self.ticks) > 10
-                and now + (self.round_end - step) * per_step + reserve > deadline)
-            if step < self.round_end and not late:
+            least = int(args["min_round_steps"])
+            out_of_time = now + reserve > deadline
+            if step < self.round_end and not out_of_time:
+                # Trust the pace only after some steps: one slow step (a busy machine) must not cut a round.
+                if len(self.ticks) <= 10 or step + self.fit(now, reserve) >= self.round_end:
+                    return  # on track
+                if self.fit(now, reserve) >= least:
+                    self.round_end = step + self.fit(now, reserve)  # shorten the round to what fits, go on
+                    return
+            if step - self.round_start < least and saved:
+                control.should_training_stop = True  # too little new training to be worth a submission
                 return
             path = output_dir / f"round-{len(saved) + 1}"
             kw["model"].save_pretrained(path)
             tokenizer.save_pretrained(path)
             saved.append(str(path))
+            per_step = self.per_step()
             log(f"round {len(saved)} saved at step {step}" + (f" ({per_step:.3f} s/step)" if per_step else ""))
             keep_going = on_round(str(path)) is not False
-            fit = int((deadline - time.time() - reserve) / per_step) if per_step else steps
-            # A round cut short for time is no reason to stop: the pace may have been a warm-up's.
-            if not keep_going or fit < int(args["min_round_steps"]):
+            fit = self.fit(time.time(), grading_s() + float(args["margin_s"]))
+            if not keep_going or fit < least:
                 control.should_training_stop = True
             else:
-                self.round_end = step + min(steps, fit)
+                self.round_start, self.round_end = step, step + min(steps, fit)
 
     trainer = SFTTrainer(model=model, args=config, train_dataset=chat_dataset(rows), processing_class=tokenizer,
                          callbacks=[Rounds(), *callbacks])
