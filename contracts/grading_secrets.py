@@ -6,18 +6,17 @@ secret made once per cache and kept in CACHE_DIR/grading/ (hidden from agents, r
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 from pathlib import Path
+
+from contracts.file_lock import locked
 
 
 def grading_secret(cache_dir: Path, name: str) -> str:
     """CACHE_DIR/grading/<name>: made once (by whichever process needs it first), then read."""
     path = Path(cache_dir) / "grading" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{name}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(path.with_name(f".{name}.lock")):
         if not path.exists():
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:

@@ -13,16 +13,15 @@ concurrent callers never see half a model.
 """
 from __future__ import annotations
 
-import fcntl
 import importlib.metadata
 import importlib.util
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 from contracts import registry
+from contracts.file_lock import locked
 from contracts.registry import register
 
 # ChatML, as Qwen uses it; no default system prompt so the tiny model sees only what the task sends.
@@ -66,21 +65,10 @@ def resolve_base_model(name_or_path: str, models_dir: str | Path) -> Path:
     return _from_hub(name, models)
 
 
-@contextmanager
-def _locked(lock_path: Path):
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _build_once(target: Path, build) -> Path:
     if target.is_dir():
         return target
-    with _locked(target.parent / f".{target.name}.lock"):
+    with locked(target.parent / f".{target.name}.lock"):
         if target.is_dir():  # another process built it while we waited
             return target
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))

@@ -13,16 +13,15 @@ game equal to an eval game is dropped.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 
+from contracts.file_lock import locked
 from contracts.environment import Demonstration
 from contracts.registry import register
 from contracts.task import InteractiveTask
@@ -31,17 +30,6 @@ from envs.alfworld import prompt
 from envs.alfworld.environment import AlfWorldEnvironment
 
 SALT_FILE = "alfworld-eval-salt"
-
-
-@contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _expert_demonstrations(job: tuple) -> list[Demonstration]:
@@ -122,7 +110,7 @@ class AlfWorldTask(InteractiveTask):
                              task_types=self.task_types)
         final = self.games_dir
         if not (final / "done.json").exists():
-            with _locked(final.parent / f".{final.name}.lock"):
+            with locked(final.parent / f".{final.name}.lock"):
                 if not (final / "done.json").exists():
                     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
                     try:
@@ -164,7 +152,7 @@ class AlfWorldTask(InteractiveTask):
         path = self.games_dir / f"train-{self.expert}-{self.expert_episodes}-{self.expert_noise:g}.jsonl"
         games = self.train_games()  # builds the splits first (under their own lock)
         if not path.exists():
-            with _locked(path.with_name(f".{path.name}.lock")):
+            with locked(path.with_name(f".{path.name}.lock")):
                 if not path.exists():
                     jobs = [(str(game), self.game_name(game), self.expert, self.expert_episodes, self.expert_noise,
                              self.max_steps) for game in games]
