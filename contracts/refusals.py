@@ -17,6 +17,7 @@ STATUS = {
     "invalid_field": 422,           # a field has the wrong type or size
     "unknown_game": 422,            # no such environment instance
     "too_many_sessions": 429,       # the run's open-session limit
+    "infra_error": 503,             # the grading infrastructure lost the request; it did not count: send it again
 }
 
 

@@ -3,10 +3,17 @@
 One Ray actor for the sweep, shared by every grading replica (and the rollout service), so replicas stay
 stateless and submission counting is atomic: an actor runs one method at a time. When it refuses, it says why with
 a Refusal (contracts.refusals), which the services answer as is.
+
+It survives its own death: every change is appended to a journal file before the caller hears of it, Ray restarts
+the actor (max_restarts) and retries the calls that were in flight (max_task_retries), and the restarted actor
+replays the journal. A retried call must not count twice, so every change is idempotent: a submission is reserved
+under the caller's request id, finished or cancelled by its submission id, a session claimed by its session id.
 """
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import ray
 
@@ -16,58 +23,136 @@ REGISTRY_NAME = "a2rl-run-registry"
 NAMESPACE = "a2rl"  # explicit: Serve replicas live in their own namespace
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
 class RunRegistry:
-    def __init__(self):
+    def __init__(self, journal: str | None = None):
         self.runs: dict[str, dict] = {}
+        self.journal = None
+        if journal is not None:
+            path = Path(journal)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            text = path.read_text() if path.exists() else ""
+            if not ray.get_runtime_context().was_current_actor_reconstructed:
+                text = ""  # a new registry: the runs of an earlier one are over
+            replayed = []
+            for line in text.splitlines():
+                try:
+                    op, *args = json.loads(line)
+                except ValueError:
+                    continue  # a line cut off by the death that restarted us: its caller retries the change
+                getattr(self, f"_{op}")(*args)
+                replayed.append(line + "\n")
+            path.write_text("".join(replayed))  # without a cut-off line, which the next change would run into
+            self.journal = path.open("a")
 
+    def _change(self, op: str, *args):
+        """Apply one change, then journal it (flushed: a process death keeps it, the caller retries otherwise)."""
+        result = getattr(self, f"_{op}")(*args)
+        if self.journal is not None:
+            self.journal.write(json.dumps([op, *args], default=str) + "\n")
+            self.journal.flush()
+        return result
+
+    # -- runs ---------------------------------------------------------------------------------------------------
     def register(self, token: str, run: dict) -> None:
-        self.runs[token] = {**run, "closed": False, "used": 0, "refunded": 0, "inflight": 0, "best": None,
-                            "scores": []}
+        self._change("register", token, run)
+
+    def _register(self, token: str, run: dict) -> None:
+        self.runs[token] = {**run, "closed": False, "used": 0, "refunded": 0, "inflight": {}, "requests": {},
+                            "best": None, "scores": [], "sessions": set()}
 
     def get(self, token: str) -> dict | None:
         run = self.runs.get(token)
-        return None if run is None or run["closed"] else dict(run)
+        return None if run is None or run["closed"] else view(run)
 
     def peek(self, token: str) -> dict | None:
         """Like get, but also for closed runs (the orchestrator's view)."""
         run = self.runs.get(token)
-        return None if run is None else dict(run)
+        return None if run is None else view(run)
 
-    def reserve(self, token: str) -> tuple[int | None, Refusal | None]:
-        """Claim the next submission id, or say why not."""
+    def reserve(self, token: str, request_id: str | None = None) -> tuple[int | None, Refusal | None]:
+        """Claim the next submission id, or say why not. The same request id gets the same submission id."""
         run = self.runs.get(token)
+        if run is not None and request_id in run["requests"]:
+            return run["requests"][request_id], None
         if run is None or run["closed"]:
             return None, Refusal("invalid_token", "unknown or closed run token")
         if time.time() >= run["deadline"]:
             return None, Refusal("budget_exhausted", "time budget exhausted")
         if counted(run) >= run["max_submissions"]:
             return None, Refusal("budget_exhausted", f"submission budget exhausted ({run['max_submissions']} used)")
-        run["used"] += 1
-        run["inflight"] += 1
-        return run["used"], None
+        return self._change("reserve", token, request_id, time.time()), None
 
-    def finish(self, token: str, score: float | None, refund: bool = False) -> float | None:
-        """Record a finished evaluation; returns the run's best score so far. refund: the evaluation failed for a
-        reason that is not the agent's (its judge was down): the submission does not count against the budget (its
-        id is not reused)."""
+    def _reserve(self, token: str, request_id: str | None, at: float) -> int:
         run = self.runs[token]
-        run["inflight"] -= 1
+        run["used"] += 1
+        run["inflight"][run["used"]] = at
+        if request_id is not None:
+            run["requests"][request_id] = run["used"]
+        return run["used"]
+
+    def finish(self, token: str, submission_id: int | None = None, score: float | None = None,
+               refund: bool = False) -> tuple[float | None, bool]:
+        """Record a finished evaluation; returns the run's best score so far and whether the submission was still
+        in flight (False: it was already finished, or given up when its cell closed: its record is written). refund:
+        it failed for a reason that is not the agent's (its judge was down, the grader died): it does not count
+        against the budget (its id is not reused)."""
+        run = self.runs[token]
+        if submission_id not in run["inflight"]:
+            return run["best"], False
+        return self._change("finish", token, submission_id, score, refund), True
+
+    def _finish(self, token: str, submission_id: int, score: float | None, refund: bool) -> float | None:
+        run = self.runs[token]
+        run["inflight"].pop(submission_id, None)
         run["refunded"] += int(refund)
         if score is not None:
             run["scores"].append(score)
             run["best"] = score if run["best"] is None else max(run["best"], score)
         return run["best"]
 
+    def cancel(self, token: str, submission_id: int) -> None:
+        """Take back a reservation the agent is refused for (its model does not load): nothing is recorded, and the
+        id is reused when it is still the last one."""
+        run = self.runs.get(token)
+        if run is not None and submission_id in run["inflight"]:
+            self._change("cancel", token, submission_id)
+
+    def _cancel(self, token: str, submission_id: int) -> None:
+        run = self.runs[token]
+        run["inflight"].pop(submission_id, None)
+        run["requests"] = {r: i for r, i in run["requests"].items() if i != submission_id}
+        if submission_id == run["used"]:
+            run["used"] -= 1
+        else:  # a later submission holds a higher id: this one stays a gap, counted back
+            run["refunded"] += 1
+
     def close(self, token: str) -> int:
         """No new submissions; returns how many are still being evaluated."""
         run = self.runs.get(token)
         if run is None:
             return 0
-        run["closed"] = True
-        return run["inflight"]
+        if not run["closed"]:
+            self._change("close", token)
+        return len(run["inflight"])
+
+    def _close(self, token: str) -> None:
+        self.runs[token]["closed"] = True
+
+    def abandon(self, token: str) -> list[int]:
+        """Give up the run's evaluations still in flight (its cell is over and waited long enough): they are
+        refunded; returns their ids, for the grader to record as infrastructure errors."""
+        run = self.runs.get(token)
+        ids = sorted(run["inflight"]) if run is not None else []
+        for submission_id in ids:
+            self._change("finish", token, submission_id, None, True)
+        return ids
 
     def forget(self, token: str) -> None:
+        if token in self.runs:
+            self._change("forget", token)
+
+    def _forget(self, token: str) -> None:
         self.runs.pop(token, None)
 
     # -- environment sessions of the rollout service (level 3): counted here so every replica sees one limit --------
@@ -76,26 +161,41 @@ class RunRegistry:
         run = self.runs.get(token)
         if run is None or run["closed"]:
             return Refusal("invalid_token", "unknown or closed run token")
+        if session_id in run["sessions"]:
+            return None  # a retried claim
         if time.time() >= run["deadline"]:
             return Refusal("budget_exhausted", "time budget exhausted")
-        sessions = run.setdefault("sessions", set())
-        if len(sessions) >= limit:
+        if len(run["sessions"]) >= limit:
             return Refusal("too_many_sessions", f"session limit reached ({limit} open); close one (POST /env/close) "
                                                 "or wait for idle ones to expire")
-        sessions.add(session_id)
+        self._change("claim_session", token, session_id)
         return None
+
+    def _claim_session(self, token: str, session_id: str) -> None:
+        self.runs[token]["sessions"].add(session_id)
 
     def release_sessions(self, token: str, session_ids: list[str] | None = None) -> int:
         """Forget closed sessions (all of the run's when session_ids is None); returns how many remain open."""
         run = self.runs.get(token)
         if run is None:
             return 0
-        sessions = run.setdefault("sessions", set())
+        if session_ids is None or run["sessions"] & set(session_ids):
+            self._change("release_sessions", token, session_ids)
+        return len(run["sessions"])
+
+    def _release_sessions(self, token: str, session_ids: list[str] | None) -> None:
+        sessions = self.runs[token]["sessions"]
         if session_ids is None:
             sessions.clear()
         else:
             sessions.difference_update(session_ids)
-        return len(sessions)
+
+
+def view(run: dict) -> dict:
+    """A run as its callers see it: `inflight` is how many evaluations are running."""
+    out = {k: v for k, v in run.items() if k not in ("requests", "sessions")}
+    out["inflight"] = len(run["inflight"])
+    return out
 
 
 def counted(run: dict) -> int:
@@ -106,10 +206,13 @@ def counted(run: dict) -> int:
 _owned: list = []  # the creator keeps a handle: a non-detached actor lives as long as its owner holds one
 
 
-def get_or_create_registry():
+def get_or_create_registry(journal: str | Path | None = None):
+    """The cluster's registry, created on first use. journal: its journal file (on storage its node can reach; None:
+    its state dies with it); ignored when the registry exists already."""
     # @ray.remote turns the class into an actor class with .options; ray's stubs do not tell mypy so
     options = RunRegistry.options  # type: ignore[attr-defined]
-    handle = options(name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True).remote()
+    handle = options(name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True).remote(
+        None if journal is None else str(journal))
     ray.get(handle.__ray_ready__.remote())
     _owned.append(handle)  # never drop the first (owning) handle, or the actor dies with it
     return handle

@@ -159,6 +159,16 @@ def prompt_file(spec: TaskSpec) -> Path | None:
     return Path(module.__file__)
 
 
+def knobs(cls: type) -> dict[str, inspect.Parameter]:
+    """A task class's constructor arguments; a subclass that passes **knobs on takes its base class's too."""
+    params = {k: p for k, p in inspect.signature(cls.__init__).parameters.items() if k not in ("self", "spec")}
+    rest = [k for k, p in params.items() if p.kind is inspect.Parameter.VAR_KEYWORD]
+    if rest:
+        base = next(b for b in cls.__mro__[1:] if "__init__" in vars(b))
+        params = {**knobs(base), **{k: p for k, p in params.items() if k not in rest}}
+    return params
+
+
 def build_task(spec: TaskSpec, cache_dir: str | Path | None = None, cls: type[Task] | None = None) -> Task:
     """The task a spec describes. Its knobs must be the class's constructor arguments: an unknown one is a
     ConfigError naming the task and the arguments it takes. `cls`: the class itself, for a process whose registry
@@ -167,7 +177,7 @@ def build_task(spec: TaskSpec, cache_dir: str | Path | None = None, cls: type[Ta
     if cls.interactive != (spec.level == 3):
         raise ConfigError(f"task {spec.name}: level={spec.level}, but {spec.cls} is "
                           f"{'an interactive task (level 3)' if cls.interactive else 'not interactive (level 1 or 2)'}")
-    accepted = {k: p for k, p in inspect.signature(cls).parameters.items() if k != "spec"}
+    accepted = knobs(cls)
     unknown = sorted(set(spec.params) - set(accepted))
     if unknown:
         raise ConfigError(f"task {spec.name}: {spec.cls} does not take {unknown}; it takes {sorted(accepted)}")

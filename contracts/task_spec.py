@@ -35,6 +35,7 @@ class GraderSettings:
     threads: int | None
     num_replicas: int
     max_concurrent: int
+    infra_retries: int
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ class RolloutSettings:
 _RULES: dict[str, tuple[type, float | None]] = {
     "backend": (str, None), "device": (str, None), "batch_size": (int, 1), "max_new_tokens": (int, 1),
     "num_cpus": (float, 0), "num_gpus": (float, 0), "threads": (int, 1), "num_replicas": (int, 1),
-    "max_concurrent": (int, 1), "num_hosts": (int, 1), "max_sessions_per_run": (int, 1),
-    "idle_timeout_s": (float, 0), "host_cpus": (float, 0), "router_cpus": (float, 0),
+    "max_concurrent": (int, 1), "infra_retries": (int, 0), "num_hosts": (int, 1),
+    "max_sessions_per_run": (int, 1), "idle_timeout_s": (float, 0), "host_cpus": (float, 0), "router_cpus": (float, 0),
 }
 _NULLABLE = {"threads"}
 

@@ -5,22 +5,27 @@
                                 cost when it has one, as the driver proxy meters them)
   GET  /health
 
-The orchestrator registers and closes runs through the deployment handle. Run state lives in the shared
-RunRegistry actor, scores in a content-addressed cache on disk, so replicas are interchangeable. Every accepted
-submission is appended (fsync) to the cell's record file before the answer is sent.
+Two deployments: the Grader (the ingress above, light, no model) keeps the runs' books and the Evaluator replicas
+(the task's CPUs/GPUs) load and score models. The orchestrator registers and closes runs through the Grader's handle.
+Run state lives in the shared RunRegistry actor, scores in a content-addressed cache on disk, so replicas are
+interchangeable: an evaluation lost with an Evaluator's process is asked again of another, and one that cannot be is
+answered 503 `infra_error` and not counted. Every submission is appended (fsync) to the cell's record file before
+the answer is sent.
 """
 # (no `from __future__ import annotations`: FastAPI must see the real Request type through Serve's ingress)
 
 import asyncio
 import logging
+import secrets
 import time
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+import ray
 from ray import serve
 
-from contracts.refusals import Refusal
+from contracts.refusals import STATUS, Refusal
 from contracts.runs import counted, run_token
 from contracts.task_spec import TaskSpec
 from evaluators.judging.client import JudgeUnavailable
@@ -55,13 +60,19 @@ def refused(e: Refusal) -> JSONResponse:
     return JSONResponse(status_code=e.status, content=e.body())
 
 
-@serve.deployment(max_ongoing_requests=256, health_check_period_s=10)
-@serve.ingress(api)
-class Grader:
+# What an evaluation lost with its replica's process raises (a kill, the out-of-memory killer, its node gone)
+INFRA_FAULTS = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError,
+                ray.exceptions.NodeDiedError)
+
+
+@serve.deployment(health_check_period_s=10)
+class Evaluator:
+    """Holds the models: loads a submission and scores it on the hidden eval split. It keeps no run state, so an
+    evaluation lost with its process is simply asked again of another replica (or of this one, restarted)."""
+
     def __init__(self, task_cls: type, spec: TaskSpec, cache_dir: str, driver_url: str | None = None):
         import torch
 
-        from contracts.runs import registry
         from contracts.task import build_task
         from evaluators.backends import make_backend
         from evaluators.base_models import resolve_base_model
@@ -72,10 +83,7 @@ class Grader:
         self.eval_rows = self.task.eval_rows()
         self.max_new_tokens = spec.grader.max_new_tokens
         self.backend = make_backend(spec.grader)
-        self.registry = registry()
         self.scores = ScoreCache(Path(cache_dir) / "grading" / spec.name / split_key(spec.config))
-        # Bounded evaluation concurrency per replica; /status and /health never wait on it.
-        self.slots = asyncio.Semaphore(spec.grader.max_concurrent)
         self.base_dir = resolve_base_model(spec.base_model, Path(cache_dir) / "models")
         # An LLM judge is asked through the driver proxy, on a metered key per evaluation (judge usage)
         self.judge_driver, self.driver_url = self.task.judge_driver(), driver_url
@@ -93,71 +101,43 @@ class Grader:
             self.backend.unload(base)
         log.info("grader %s ready: baseline %s on %d eval items", spec.name, self.baseline, len(self.eval_rows))
 
-    # -- orchestrator side (deployment handle) ------------------------------------------------------------------
-    async def register_run(self, token: str, run: dict) -> dict:
-        await self.ensure_baseline()
-        await self.registry.register.remote(token, run)
+    def info(self) -> dict:
+        """The base model's score (None while a judged task's is not scored yet), its digest, the eval size."""
         return {"baseline_score": self.baseline, "base_digest": self.base_digest, "n_eval": len(self.eval_rows)}
 
-    async def close_run(self, token: str, timeout_s: float = 3600) -> int:
-        """Refuse new submissions, then wait for those being evaluated; returns how many were still running."""
-        inflight = await self.registry.close.remote(token)
-        deadline = time.monotonic() + timeout_s
-        while inflight and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-            inflight = (await self.registry.peek.remote(token) or {}).get("inflight", 0)
-        return inflight
+    async def scored_baseline(self) -> dict:
+        await self.ensure_baseline()
+        return self.info()
 
-    # -- agent side (HTTP) --------------------------------------------------------------------------------------
-    @api.get("/health")
-    async def health(self) -> dict:
-        return {"status": "ok", "task": self.spec.name, "baseline_score": self.baseline}
-
-    @api.get("/status")
-    async def status(self, request: Request):
+    async def evaluate(self, model_dir: str, cell_id: str, records_dir: str) -> dict:
+        """Score one submission: {"refusal": Refusal} when it does not load, else its digest, score, eval_s,
+        metrics, flags, error, judge_usage and whether it is refunded (its judge was down)."""
         try:
-            run = await self._run(request)
+            loaded = await asyncio.to_thread(self._load, Path(model_dir))
         except Refusal as e:
-            return refused(e)
-        now = time.time()
-        answer = {"task": self.spec.name, "elapsed_s": now - run["started_at"],
-                  "remaining_s": max(0.0, run["deadline"] - now), "submissions_used": run["used"],
-                  "remaining_submissions": run["max_submissions"] - counted(run), "evaluating": run["inflight"],
-                  "best": run["best"], "baseline_score": self.baseline}
-        if run.get("driver_key"):
-            answer.update(await driver_status(run["driver_key"]))
-        return answer
-
-    @api.post("/submit")
-    async def submit(self, request: Request):
-        received = time.time()
+            return {"refusal": e}
+        out: dict = {"score": None, "eval_s": 0.0, "metrics": None, "flags": [], "error": None, "digest": None,
+                     "judge_usage": None, "refunded": False}
         try:
-            token = run_token(request)
-            run = await self._run(request, token)
-            try:
-                body = await request.json()
-            except Exception:
-                raise Refusal("bad_request", 'the body must be JSON: {"model_path": "output/<dir>"}') from None
-            if not isinstance(body, dict):
-                raise Refusal("bad_request", 'the body must be a JSON object with "model_path"')
-            model_dir = resolve_model_path(Path(run["workspace"]), body.get("model_path"))
-            if received >= run["deadline"]:
-                raise Refusal("budget_exhausted", "time budget exhausted")
-            if counted(run) >= run["max_submissions"]:
-                raise Refusal("budget_exhausted", f"submission budget exhausted ({run['max_submissions']} used)")
-            async with self.slots:
-                record = await self._grade(token, run, model_dir, body["model_path"], received)
-        except Refusal as e:
-            return refused(e)
-        return record
-
-    # -- internals ----------------------------------------------------------------------------------------------
-    async def _run(self, request: Request, token: str | None = None) -> dict:
-        token = token or run_token(request)
-        run = await self.registry.get.remote(token)
-        if run is None:
-            raise Refusal("invalid_token", "unknown or expired run token")
-        return run
+            out["digest"] = await asyncio.to_thread(self.backend.weights_digest, loaded)
+            if out["digest"] == self.base_digest:
+                out["flags"].append("copy_of_base")
+            key = await asyncio.to_thread(score_key, Path(model_dir), out["digest"])
+            result, out["judge_usage"] = await self._judged(loaded, key, cell_id, Path(records_dir) / JUDGE_CALLS)
+            out.update(score=result["score"], eval_s=result["eval_s"], metrics=result.get("metrics"))
+            if result["cached"]:
+                out["flags"].append("cached")
+        except JudgeUnavailable as e:  # the judge's outage, not the model's fault: no score, and no charge
+            log.warning("judge unavailable for %s: %s", cell_id, e)
+            out.update(error=f"judge unavailable: {e}", refunded=True)
+            out["flags"] += ["eval_failed", "judge_unavailable"]
+        except Exception as e:  # a failing evaluation is a result, not a crash of the deployment
+            log.exception("evaluation failed for %s", cell_id)
+            out.update(error=f"evaluation failed: {type(e).__name__}: {e}", digest=None)
+            out["flags"].append("eval_failed")
+        finally:
+            await asyncio.to_thread(self.backend.unload, loaded)
+        return out
 
     def _load(self, model_dir: Path):
         from evaluators.backends.base import ModelLoadError
@@ -184,8 +164,7 @@ class Grader:
         return {**entry, "cached": False}
 
     async def ensure_baseline(self) -> None:
-        """A judged task's baseline, scored once (its judge's calls metered under the grader's own key). The
-        orchestrator asks for it before a cell's budget starts; register_run makes sure of it too."""
+        """A judged task's baseline, scored once (its judge's calls metered under the grader's own key)."""
         async with self.baseline_lock:
             if self.baseline is not None:
                 return
@@ -216,59 +195,170 @@ class Grader:
             usage = await proxy.close_cell.remote(judge_key, 5.0)
         return result, {k: usage[k] for k in JUDGE_USAGE}
 
-    async def _grade(self, token: str, run: dict, model_dir: Path, given_path: str, received: float) -> dict:
-        from contracts.code_snapshots import snapshot_code
-        from contracts.records import SUBMISSIONS, append_jsonl
 
-        loaded = await asyncio.to_thread(self._load, model_dir)
+@serve.deployment(max_ongoing_requests=256, health_check_period_s=10)
+@serve.ingress(api)
+class Grader:
+    """The agent-facing API and the runs' bookkeeping; evaluations go to the Evaluator replicas. It holds no model,
+    so the process that the out-of-memory killer or a GPU fault takes is an evaluator's, and this one retries the
+    evaluation there (infra_retries times) instead of answering the agent with a 5xx."""
+
+    def __init__(self, evaluator, spec: TaskSpec):
+        from contracts.runs import registry
+
+        self.evaluator = evaluator
+        self.spec = spec
+        self.registry = registry()
+        self.base: dict | None = None  # the evaluators' info once the baseline is scored
+
+    # -- orchestrator side (deployment handle) ------------------------------------------------------------------
+    async def ensure_baseline(self) -> dict:
+        """The base model's score, scored once (a judged task's before any cell's budget starts)."""
+        if self.base is None:
+            self.base = await self.evaluator.scored_baseline.remote()
+        return self.base
+
+    async def register_run(self, token: str, run: dict) -> dict:
+        base = await self.ensure_baseline()
+        await self.registry.register.remote(token, run)
+        return base
+
+    async def close_run(self, token: str, timeout_s: float = 1800) -> int:
+        """Refuse new submissions, wait at most timeout_s for those being evaluated, then give the rest up: each is
+        recorded as an infrastructure error (refunded). Returns how many were given up."""
+        inflight = await self.registry.close.remote(token)
+        deadline = time.monotonic() + timeout_s
+        while inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            inflight = (await self.registry.peek.remote(token) or {}).get("inflight", 0)
+        abandoned = await self.registry.abandon.remote(token) if inflight else []
+        run = await self.registry.peek.remote(token)
+        for submission_id in abandoned:
+            log.warning("gave up evaluation %d of %s after %.0f s", submission_id, run["cell_id"], timeout_s)
+            self._record(run, submission_id, None, time.time(), None, self._lost(
+                f"the evaluation was still running {timeout_s:.0f} s after the cell ended (grading.eval_timeout_s)"))
+        return len(abandoned)
+
+    # -- agent side (HTTP) --------------------------------------------------------------------------------------
+    @api.get("/health")
+    async def health(self) -> dict:
+        base = self.base or await self.evaluator.info.remote()
+        return {"status": "ok", "task": self.spec.name, "baseline_score": base["baseline_score"]}
+
+    @api.get("/status")
+    async def status(self, request: Request):
         try:
-            submission_id, refusal = await self.registry.reserve.remote(token)
+            run = await self._run(request)
+        except Refusal as e:
+            return refused(e)
+        now = time.time()
+        answer = {"task": self.spec.name, "elapsed_s": now - run["started_at"],
+                  "remaining_s": max(0.0, run["deadline"] - now), "submissions_used": run["used"],
+                  "remaining_submissions": run["max_submissions"] - counted(run), "evaluating": run["inflight"],
+                  "best": run["best"], "baseline_score": (self.base or {}).get("baseline_score")}
+        if run.get("driver_key"):
+            answer.update(await driver_status(run["driver_key"]))
+        return answer
+
+    @api.post("/submit")
+    async def submit(self, request: Request):
+        received = time.time()
+        try:
+            token = run_token(request)
+            run = await self._run(request, token)
+            try:
+                body = await request.json()
+            except Exception:
+                raise Refusal("bad_request", 'the body must be JSON: {"model_path": "output/<dir>"}') from None
+            if not isinstance(body, dict):
+                raise Refusal("bad_request", 'the body must be a JSON object with "model_path"')
+            model_dir = resolve_model_path(Path(run["workspace"]), body.get("model_path"))
+            if received >= run["deadline"]:
+                raise Refusal("budget_exhausted", "time budget exhausted")
+            if counted(run) >= run["max_submissions"]:
+                raise Refusal("budget_exhausted", f"submission budget exhausted ({run['max_submissions']} used)")
+            await self.ensure_baseline()
+            # a request id: the registry answers a retried reservation (its own restart) with the same submission
+            submission_id, refusal = await self.registry.reserve.remote(token, secrets.token_hex(8))
             if refusal is not None:
                 raise refusal
-            flags, error, score, eval_s, metrics, judge_usage, refunded = [], None, None, 0.0, None, None, False
-            commit = None
+        except Refusal as e:
+            return refused(e)
+        # shielded: an agent that hangs up (a client timeout) does not cancel the evaluation it was counted for
+        return await asyncio.shield(self._grade(token, run, submission_id, model_dir, body["model_path"], received))
+
+    # -- internals ----------------------------------------------------------------------------------------------
+    async def _run(self, request: Request, token: str | None = None) -> dict:
+        token = token or run_token(request)
+        run = await self.registry.get.remote(token)
+        if run is None:
+            raise Refusal("invalid_token", "unknown or expired run token")
+        return run
+
+    async def _grade(self, token: str, run: dict, submission_id: int, model_dir: Path, given_path: str,
+                     received: float):
+        from contracts.code_snapshots import snapshot_code
+
+        commit = None
+        try:
+            commit = await asyncio.to_thread(snapshot_code, Path(run["workspace"]) / "code",
+                                             Path(run["code_repo"]), f"submission {submission_id}")
+        except Exception as e:  # a broken snapshot must not cost the agent its submission
+            log.warning("code snapshot failed for %s: %s", run["cell_id"], e)
+        result = None
+        for attempt in range(1 + self.spec.grader.infra_retries):
             try:
-                commit = await asyncio.to_thread(snapshot_code, Path(run["workspace"]) / "code",
-                                                 Path(run["code_repo"]), f"submission {submission_id}")
-            except Exception as e:  # a broken snapshot must not cost the agent its submission
-                log.warning("code snapshot failed for %s: %s", run["cell_id"], e)
-            try:
-                digest = await asyncio.to_thread(self.backend.weights_digest, loaded)
-                if digest == self.base_digest:
-                    flags.append("copy_of_base")
-                key = await asyncio.to_thread(score_key, model_dir, digest)
-                result, judge_usage = await self._judged(loaded, key, run["cell_id"],
-                                                         Path(run["records_dir"]) / JUDGE_CALLS)
-                score, eval_s, metrics = result["score"], result["eval_s"], result.get("metrics")
-                if result["cached"]:
-                    flags.append("cached")
-            except JudgeUnavailable as e:  # the judge's outage, not the model's fault: no score, and no charge
-                log.warning("judge unavailable for %s: %s", run["cell_id"], e)
-                error, refunded = f"judge unavailable: {e}", True
-                flags += ["eval_failed", "judge_unavailable"]
-            except Exception as e:  # a failing evaluation is a result, not a crash of the deployment
-                log.exception("evaluation failed for %s", run["cell_id"])
-                error, digest = f"evaluation failed: {type(e).__name__}: {e}", None
-                flags.append("eval_failed")
-        finally:
-            await asyncio.to_thread(self.backend.unload, loaded)
-        best = await self.registry.finish.remote(token, score, refunded)
+                result = await self.evaluator.evaluate.remote(str(model_dir), run["cell_id"], run["records_dir"])
+                break
+            except INFRA_FAULTS as e:  # its replica died: Serve starts another, and the evaluation is asked again
+                fault = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                log.warning("evaluation %d of %s lost (try %d): %s", submission_id, run["cell_id"], attempt + 1,
+                            fault)
+                result = self._lost(f"the grader's evaluation process died {attempt + 1} time(s): {fault}")
+            except Exception as e:  # noqa: BLE001 - the evaluator's own bug: the agent gets a record, not a 500
+                log.exception("evaluation %d of %s raised", submission_id, run["cell_id"])
+                result = {**self._lost(f"evaluation failed: {type(e).__name__}: {e}"), "refunded": False,
+                          "flags": ["eval_failed"]}
+                break
+        if "refusal" in result:
+            await self.registry.cancel.remote(token, submission_id)
+            return refused(result["refusal"])
+        best, still_open = await self.registry.finish.remote(token, submission_id, result["score"],
+                                                              result["refunded"])
+        if not still_open:  # the cell ended and gave this evaluation up (recorded as an infra error then)
+            return refused(Refusal("infra_error", "your run ended while this submission was evaluated"))
         after = await self.registry.peek.remote(token) or run
-        now = time.time()
+        record = self._record(after, submission_id, best, received, given_path, result, commit)
+        if "infra_error" in record["flags"]:
+            return JSONResponse(status_code=STATUS["infra_error"], content={**record, "code": "infra_error"})
+        return record
+
+    @staticmethod
+    def _lost(cause: str) -> dict:
+        """An evaluation's result when the infrastructure lost it: no score, not counted."""
+        return {"score": None, "eval_s": 0.0, "metrics": None, "flags": ["eval_failed", "infra_error"],
+                "digest": None, "judge_usage": None, "refunded": True,
+                "error": f"infrastructure error (not counted against the budget): {cause}"}
+
+    def _record(self, run: dict, submission_id: int, best: float | None, received: float, given_path: str | None,
+                result: dict, commit: str | None = None) -> dict:
+        """The submission's record, appended (fsync) to the cell's record file before anyone is answered."""
+        from contracts.records import SUBMISSIONS, append_jsonl
+
+        now, baseline, score = time.time(), (self.base or {}).get("baseline_score"), result["score"]
         record = {
             "submission_id": submission_id, "t": now, "received_at": received, "model_path": given_path,
-            "score": score, "baseline_score": self.baseline,
-            "improvement": None if score is None else score - self.baseline, "best": best,
-            "total_submissions": submission_id,
-            "remaining_submissions": run["max_submissions"] - counted(after),
-            "elapsed_s": now - run["started_at"], "eval_s": eval_s, "flags": flags, "error": error,
-            "digest": digest, "code_commit": commit,
+            "score": score, "baseline_score": baseline,
+            "improvement": None if score is None or baseline is None else score - baseline, "best": best,
+            "total_submissions": submission_id, "remaining_submissions": run["max_submissions"] - counted(run),
+            "elapsed_s": now - run["started_at"], "eval_s": result["eval_s"], "flags": result["flags"],
+            "error": result["error"], "digest": result["digest"], "code_commit": commit,
         }
-        if metrics:
-            record["metrics"] = metrics  # e.g. a win rate beside the LC one, the success rate beside mean reward
-        if judge_usage is not None or refunded:
-            record["judge_usage"] = judge_usage  # tokens and cost of this evaluation's judge (None: none asked)
-        if refunded:
+        if result["metrics"]:
+            record["metrics"] = result["metrics"]  # e.g. a win rate beside the LC one, the success rate beside reward
+        if result["judge_usage"] is not None or result["refunded"]:
+            record["judge_usage"] = result["judge_usage"]  # tokens and cost of the evaluation's judge (None: none)
+        if result["refunded"]:
             record["refunded"] = True
         append_jsonl(Path(run["records_dir"]) / SUBMISSIONS, record)  # durable before the answer
         return record
@@ -295,9 +385,11 @@ def deploy(spec: TaskSpec, cache_dir: str, emulated_gpus: bool = False, driver_u
             options["resources"] = {"emulated_gpu": spec.grader.num_gpus}
         elif spec.grader.num_gpus:
             options["num_gpus"] = spec.grader.num_gpus
-        deployment = Grader.options(name=app_name(spec.name), num_replicas=spec.grader.num_replicas,
-                                    ray_actor_options=options)
-        return deployment.bind(task_class(spec.cls), spec, cache_dir, driver_url)
+        # Serve queues evaluations beyond max_concurrent per replica; /status and /health never wait on them
+        evaluator = Evaluator.options(num_replicas=spec.grader.num_replicas, ray_actor_options=options,
+                                      max_ongoing_requests=spec.grader.max_concurrent)
+        router = Grader.options(name=app_name(spec.name), ray_actor_options={"num_cpus": 0})
+        return router.bind(evaluator.bind(task_class(spec.cls), spec, cache_dir, driver_url), spec)
 
     route = f"/{spec.name}"
     deploy_once(app_name(spec.name), route, [spec.config, cache_dir, emulated_gpus, driver_url], build)

@@ -21,6 +21,7 @@ from ray import serve, tune
 
 from agents.cli.session import AgentSession, CliUnavailable
 from agents.kinds import AgentKind, agent_kind
+from contracts import registry
 from contracts.layout import Layout
 from contracts.records import ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, TRACE, JsonlTail, write_json_durably
 from contracts.specs import CellSpec
@@ -34,6 +35,18 @@ from orchestrator.workspace import agent_env, materialise, task_material
 
 POLL_S = 0.2
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ServiceTimeout(RuntimeError):
+    """A service did not answer a cell in time: an infra error (Tune retries the cell)."""
+
+
+def answer(response, timeout_s: float, what: str):
+    """A Serve call's answer, or a ServiceTimeout naming what did not answer: no wait without a bound."""
+    try:
+        return response.result(timeout_s=timeout_s)
+    except TimeoutError:
+        raise ServiceTimeout(f"{what} did not answer within {timeout_s:.0f} s") from None
 
 
 def sandbox_paths(layout: Layout, task: dict) -> tuple[list[Path], list[Path]]:
@@ -161,7 +174,9 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
         sandbox.preflight(check, {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
                                   **{k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}},
                           hidden=hidden, readonly=readonly, settings=settings, cell_id=cell.cell_id)
-    grader.ensure_baseline.remote().result()  # a judged task's baseline is scored once, before any cell's budget starts
+    # a judged task's baseline is scored once, before any cell's budget starts
+    answer(grader.ensure_baseline.remote(), opts["eval_timeout_s"] + opts["service_timeout_s"],
+           f"the grader of {cell.task_name} (its baseline)")
     deadline = time.time() + cell.budget.wall_time_s  # the budget starts now
     workspace = layout.workspace(cell.cell_id, attempt.number)
     spec = TaskSpec.from_config(cell.task)
@@ -177,11 +192,12 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
         argv = session.start(workspace, env, opts["driver_url"], attempt.dir / DRIVER_CALLS, argv)
         readonly += session.readonly_paths(hidden)
     try:
-        registered = grader.register_run.remote(token, {
+        registered = answer(grader.register_run.remote(token, {
             "cell_id": cell.cell_id, "workspace": str(workspace), "records_dir": str(attempt.dir),
             "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": attempt.started, "deadline": deadline,
             "max_submissions": cell.budget.max_submissions,
-            "driver_key": session.key if session is not None else None}).result()  # /status shows its tokens
+            "driver_key": session.key if session is not None else None}),  # /status shows its tokens
+            opts["eval_timeout_s"] + opts["service_timeout_s"], f"the grader of {cell.task_name} (registering the run)")
         process = sandbox.start(argv, workspace, env, attempt.dir / "agent.stdout", attempt.dir / "agent.stderr",
                                 sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly, settings=settings,
                                 cell_id=cell.cell_id, forward=reachable(opts),
@@ -217,11 +233,11 @@ def watch(attempt: Attempt, agent: RunningAgent, records: Records) -> tuple[int 
         time.sleep(POLL_S)
 
 
-def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, kill_grace_s: float) -> dict:
+def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, opts: dict) -> dict:
     """Kill the agent's whole process group, close its driver key, grader run and environment sessions; returns
     what that leaves to record (evaluations still running, the run's use of the environment)."""
     cell_id = attempt.cell.cell_id
-    agent.process.kill_group(kill_grace_s)  # also when the agent exited: its children may live on
+    agent.process.kill_group(opts["kill_grace_s"])  # also when the agent exited: its children may live on
     left: dict = {"resource_limit": agent.process.limit_hit(final=True)}  # e.g. the kernel's OOM kill ended it
     agent.process.close()
     if session is not None:
@@ -229,7 +245,14 @@ def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, ki
             session.close()
         except Exception as e:  # the calls are recorded already; this must not turn a result into an error
             print(f"[a2rl] closing the driver key of {cell_id} failed: {e!r}", file=sys.stderr)
-    left["evaluations_unfinished"] = agent.grader.close_run.remote(agent.token).result()
+    try:  # evaluations still running get eval_timeout_s, then the grader records them as infra errors
+        left["evaluations_unfinished"] = answer(agent.grader.close_run.remote(agent.token, opts["eval_timeout_s"]),
+                                                opts["eval_timeout_s"] + opts["service_timeout_s"],
+                                                f"the grader of {cell_id} (closing the run)")
+    except Exception as e:  # the outcome must still be recorded: the agent's result is not lost with the grader
+        print(f"[a2rl] {e}", file=sys.stderr)
+        left["evaluations_unfinished"] = None
+        left["grader_error"] = str(e)
     if agent.interactive:  # the run's environment sessions end with it
         from envs.rollout_service import close_run as close_sessions
 
@@ -270,6 +293,7 @@ def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_cod
                        # the cell's own overhead: before the agent ran, and after it stopped (kill, waiting on grading)
                        "setup_s": agent.started - attempt.started, "teardown_s": ended - agent_ended,
                        **({"resource_limit": resource} if resource else {}),
+                       **({"grader_error": left["grader_error"]} if left.get("grader_error") else {}),
                        **(session.summary() if session is not None else {}),
                        **({"env_usage": env_usage} if env_usage is not None else {})})
 
@@ -277,6 +301,7 @@ def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_cod
 def run_cell(config: dict) -> None:
     cell = CellSpec.from_dict(config["cell"])
     opts = config["opts"]
+    registry.search(*opts["imports"])  # the user's own task classes and agent kinds, in this worker too
     attempt = start_attempt(cell, Layout.from_dict(config["layout"]))
     kind = agent_kind(cell.agent.kind)
     try:  # an LLM-driven agent: its CLI must be installed before anything is registered or spent
@@ -290,7 +315,7 @@ def run_cell(config: dict) -> None:
         exit_code, limit, resource = watch(attempt, agent, records)
     finally:
         agent_ended = time.time()
-        left = stop(attempt, agent, session, opts["kill_grace_s"])
+        left = stop(attempt, agent, session, opts)
         left["resource_limit"] = resource or left["resource_limit"]
     events = records.new_events(final=True)
     if events:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from contracts import registry
 from contracts.layout import Layout
 from contracts.specs import CellSpec, ConfigError, to_plain
 from orchestrator import sandbox
@@ -203,6 +204,7 @@ def check_writable(folders: dict[str, Path]) -> None:
 
 
 def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
+    registry.search(*(cfg.get("imports") or []))  # the user's own task classes and agent kinds
     check_cluster(cfg)
     cells = expand(cfg)
     check_tasks(cells)
@@ -271,6 +273,9 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
                 callbacks.append(WandbCallback(cfg.logger.project, cfg.logger.get("entity"),
                                                wandb_mode(cfg.logger.mode), layout.output_dir))
             opts = {"sandboxed": sandboxed, "kill_grace_s": float(cfg.sandbox.kill_grace_s),
+                    "service_timeout_s": float(cfg.grading.service_timeout_s),
+                    "eval_timeout_s": float(cfg.grading.eval_timeout_s),
+                    "imports": list(cfg.get("imports") or []),
                     "sandbox": to_plain(cfg.sandbox), "emulated": emulated,
                     "grading_url": endpoints.grading_url, "driver_url": endpoints.driver_url,
                     "cli_path": to_plain(cfg.get("cli_path")) or []}

@@ -20,6 +20,8 @@ from contracts.task_spec import TaskSpec
 from orchestrator.sweep import judge_drivers
 from orchestrator.workspace import task_material
 
+REGISTRY_JOURNAL = "run-registry.jsonl"  # in the output dir, hidden from agents with it
+
 
 @dataclass(frozen=True)
 class Endpoints:
@@ -50,7 +52,7 @@ def sweep_services(cfg: DictConfig, tasks: list[dict], keys: dict[str, str] | No
     cache_dir = Path(cfg.cache_dir).expanduser()
     apps: list[str] = []
     try:
-        get_or_create_registry()
+        get_or_create_registry(Path(cfg.output_dir).expanduser() / REGISTRY_JOURNAL)  # it outlives its own death
         port = cfg.grading.port or free_port(cfg.grading.host)
         serve.start(http_options={"host": cfg.grading.host, "port": port}, logging_config={"log_level": "WARNING"})
         url = f"http://{cfg.grading.host}:{port}"

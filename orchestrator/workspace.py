@@ -30,7 +30,8 @@ Submit a model directory (transformers format: weights, config, tokenizer) saved
 The answer (JSON) has `score`, `baseline_score` (the base model's), `improvement`, `best`,
 `remaining_submissions`, `elapsed_s` and `flags`. `GET $GRADING_SERVER_URL/status` (same header) shows time,
 submissions and best so far (and, when you have an LLM driver, the tokens and cost used and left). The score is
-computed on a hidden eval split you cannot see.
+computed on a hidden eval split you cannot see. An answer with status 503 and `"code": "infra_error"` means the
+grading infrastructure failed on your submission: it did not count against your budget; submit it again.
 
 ## Your budget
 

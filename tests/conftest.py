@@ -41,7 +41,7 @@ def grading_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(cache_dir, grading_port):
+def ray_cluster(cache_dir, grading_port, tmp_path_factory):
     """Real Ray on 127.0.0.1: 4 logical CPUs (so a grader and two 1-CPU cells fit) and one emulated GPU."""
     import ray
     from ray import serve
@@ -51,7 +51,7 @@ def ray_cluster(cache_dir, grading_port):
     serve.start(http_options={"host": "127.0.0.1", "port": grading_port}, logging_config={"log_level": "WARNING"})
     from contracts.runs import get_or_create_registry
 
-    get_or_create_registry()
+    get_or_create_registry(tmp_path_factory.mktemp("registry") / "journal.jsonl")  # as a sweep makes it
     yield ray
     serve.shutdown()
     ray.shutdown()

@@ -97,6 +97,8 @@ class Submitter:
             return
         start = time.time()
         code, answer = submit(self.run, model_path)
+        if code == 503 and answer.get("code") == "infra_error":  # the grader's fault, not counted: once more
+            code, answer = submit(self.run, model_path)
         took = time.time() - start
         with self._lock:
             if code == 200:
