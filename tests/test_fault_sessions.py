@@ -12,9 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from agents.proxy.usage import Usage
 from contracts.layout import Layout
+from contracts.records import read_jsonl
 from orchestrator.ledger import Ledger
 from orchestrator.records import reconcile
+from tests.support.fake_upstream import FakeUpstream
+from tests.test_cli_agents import drivers_override, fake_driver
 
 # An agent (the `command` kind: the user's own script, sandboxed) that plays one session until it is lost, then
 # resets a new one, steps it and closes it. It writes what it was answered to code/answers.json.
@@ -117,3 +121,93 @@ def test_a_rollout_host_killed_mid_episode_loses_only_its_sessions(run_sweep, ca
     assert answers["step"][0] == 200, answers  # ...and steps
     # The lost session no longer counts against the run (limit 1: the reset above would have been refused).
     assert answers["close"] == [200, {"closed": answers["again"][1]["session_id"], "open_sessions": 0}], answers
+
+
+# An agent that calls its LLM through the driver proxy: one streamed chat completion, retried while it breaks off or
+# fails with a retryable status (as the providers' SDKs do), then one plain call. What it saw goes to code/answers.json.
+STREAMS_THROUGH_THE_PROXY = '''
+import json, os, time, urllib.error, urllib.request
+
+def chat(stream):
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream,
+            **({"stream_options": {"include_usage": True}} if stream else {})}
+    req = urllib.request.Request(os.environ["A2RL_DRIVER_BASE_URL"] + "/chat/completions", json.dumps(body).encode(),
+                                 headers={"Authorization": "Bearer " + os.environ["A2RL_DRIVER_KEY"],
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            data = r.read()
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode(errors="replace")[:300]]
+    except Exception as e:  # a connection broken mid-answer (http.client.IncompleteRead, a reset)
+        return ["broken", repr(e)[:300]]
+    complete = b"data: [DONE]" in data if stream else bool(data)
+    return [200 if complete else "incomplete", data.decode(errors="replace")[-300:]]
+
+tries, deadline = [], time.time() + 60
+while time.time() < deadline:
+    tries.append(chat(stream=True))
+    if tries[-1][0] not in ("broken", 429, 500, 502, 503, 504):
+        break
+    time.sleep(1)
+json.dump({"stream": tries, "plain": chat(stream=False)}, open("code/answers.json", "w"))
+'''
+PROXY_KEY_VAR = "A2RL_FAULTS_REAL_KEY"
+USAGE = Usage(input_tokens=1000, output_tokens=50, cached_tokens=200)
+
+
+def test_the_driver_proxy_replica_killed_mid_stream_keeps_keys_and_exact_metering(run_sweep, cache_dir, tmp_path,
+                                                                                   monkeypatch):
+    import ray
+
+    monkeypatch.setenv(PROXY_KEY_VAR, "sk-real-faults")
+    script = tmp_path / "streams.py"
+    script.write_text(STREAMS_THROUGH_THE_PROXY)
+    agent = (f"{{name:streams,kind:command,needs_driver:true,files:['{script}'],"
+             f"command:'python code/{script.name}'}}")
+    # A stream takes 8 x 0.25 s at least: killed 0.6 s after the upstream got it, it is cut off mid-way.
+    fake = FakeUpstream(usage=USAGE, expect_key="sk-real-faults", chunks=8, chunk_delay_s=0.25).start()
+    driver = {**fake_driver("fake-openai", "openai", fake, "gpt-fake"), "api_key_env": PROXY_KEY_VAR}
+    killed: list[int] = []
+
+    def kill_the_replica_mid_stream():
+        deadline = time.time() + 300
+        while time.time() < deadline and fake.calls == 0:
+            time.sleep(0.05)
+        time.sleep(0.6)
+        (name,) = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                   if "a2rl-driver-proxy#DriverProxy" in a["name"]]
+        killed.append(kill_process_of(ray.get_actor(name, namespace="serve")))
+
+    killer = threading.Thread(target=kill_the_replica_mid_stream, daemon=True)
+    killer.start()
+    try:
+        _, _, out = run_sweep(["sweep=demo", "sweep.seeds=[0]", f"sweep.agents=[{agent}]", drivers_override([driver]),
+                               "sweep.budget.wall_time_s=90", "driver_proxy.backoff_s=0.05"])
+    finally:
+        fake.stop()
+    killer.join(5)
+    assert killed, "the proxy's replica was not killed"
+    row, adir = one_cell(out, cache_dir)
+    assert row["status"] == "completed", (row, (adir / "agent.stderr").read_text()[-2000:])
+    workspace = Path(json.loads((adir / "outcome.json").read_text())["workspace"])
+    answers = json.loads((workspace / "code" / "answers.json").read_text())
+    tries = answers["stream"]
+    # The cut-off stream is a broken connection (or a 5xx) the agent retries, never a 401: its key outlived the
+    # replica.
+    assert tries[0][0] == "broken" or tries[0][0] in (500, 502, 503, 504), answers
+    assert tries[-1][0] == 200 and answers["plain"][0] == 200, answers
+    assert all(t[0] != 401 for t in tries), answers
+    # Metering: every call the upstream answered in full is one record line with its exact usage; the cut-off one,
+    # whose usage no process saw, is the only call not recorded; the ledger and the outcome say what the lines say.
+    records = read_jsonl(adir / "driver_calls.jsonl")
+    assert len(records) == fake.calls - 1 and len(records) >= 2, (records, fake.calls)
+    assert all((r["status"], r["input_tokens"], r["output_tokens"]) == (200, 1000, 50) for r in records), records
+    ledger = Ledger(out / "ledger.sqlite")
+    try:
+        assert [e["payload"] for e in ledger.events(row["cell_id"], kind="driver_usage")] == records
+    finally:
+        ledger.close()
+    usage = json.loads((adir / "outcome.json").read_text())["driver_usage"]
+    assert (usage["calls"], usage["input_tokens"], usage["output_tokens"]) == (
+        len(records), 1000 * len(records), 50 * len(records)), usage
