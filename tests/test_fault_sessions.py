@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ from contracts.layout import Layout
 from contracts.records import read_jsonl
 from orchestrator.ledger import Ledger
 from orchestrator.records import reconcile
+from tests.conftest import ROOT
 from tests.support.fake_upstream import FakeUpstream
 from tests.test_cli_agents import drivers_override, fake_driver
 
@@ -211,3 +214,126 @@ def test_the_driver_proxy_replica_killed_mid_stream_keeps_keys_and_exact_meterin
     usage = json.loads((adir / "outcome.json").read_text())["driver_usage"]
     assert (usage["calls"], usage["input_tokens"], usage["output_tokens"]) == (
         len(records), 1000 * len(records), 50 * len(records)), usage
+
+
+# An agent that submits a copy of the base model, waits until the test has filled the output dir's disk (its
+# workspace is on another one), submits again, and keeps what it was answered in code/answers.json.
+SUBMITS_ACROSS_A_FULL_DISK = '''
+import json, os, shutil, time, urllib.error, urllib.request
+
+run = json.load(open("run.json"))
+
+def submit():
+    req = urllib.request.Request(run["grading_url"] + "/submit", json.dumps({"model_path": "output/m"}).encode(),
+                                 headers={"Authorization": "Bearer " + run["run_token"],
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return [r.status, json.loads(r.read())]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode(errors="replace")[:500]]
+
+shutil.copytree("model", "output/m")
+answers = {"first": submit()}
+deadline = time.time() + 60
+while time.time() < deadline and not os.path.exists("code/disk_full"):  # the test fills the disk meanwhile
+    time.sleep(0.1)
+answers["second"] = submit()
+json.dump(answers, open("code/answers.json", "w"))
+'''
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 32 MB filesystem of its own (tmpfs), for an output dir whose disk fills up."""
+    import subprocess
+
+    mnt = tmp_path / "small-disk"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mnt)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {mounted.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(disk: Path) -> int:
+    """Write a file until the disk takes no more; returns the bytes written."""
+    written = 0
+    with open(disk / "filler", "wb", buffering=0) as f:
+        while True:
+            try:
+                written += f.write(b"\0" * (1 << 20))
+            except OSError:
+                break
+        try:
+            while f.write(b"\0" * 512):  # the last blocks
+                written += 512
+        except OSError:
+            pass
+    return written
+
+
+def test_the_output_dir_filling_up_mid_sweep_is_one_clear_error_and_loses_nothing(cache_dir, tmp_path, small_disk):
+    """As a user runs it (the command line: its one line of error, its exit status), on a one-cell sweep whose output
+    dir is a small disk that the test fills once the agent's first submission is recorded."""
+    script = tmp_path / "submits.py"
+    script.write_text(SUBMITS_ACROSS_A_FULL_DISK)
+    out, workspaces = small_disk / "out", tmp_path / "workspaces"  # the agent's workspace is on another disk
+    cmd = [sys.executable, "-m", "orchestrator", "sweep=demo", "sweep.seeds=[0]", "agent=command",
+           f"agent.files=[{script}]", f"agent.command=python code/{script.name}", "sweep.budget.wall_time_s=60",
+           f"output_dir={out}", f"cluster.workspace_root={workspaces}", f"cache_dir={cache_dir}", "logger=none",
+           "cluster.num_cpus=2", "grading.port=0"]
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}, "A2RL_CACHE_DIR": str(cache_dir)}
+    sweep = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and sweep.poll() is None:
+            recorded = [r for f in out.glob("cells/*/attempt-1/submissions.jsonl") for r in read_jsonl(f)]
+            if recorded:
+                break
+            time.sleep(0.1)
+        assert recorded, sweep.communicate(timeout=60)
+        fill(small_disk)
+        for ws in workspaces.glob("*-a1"):
+            (ws / "code" / "disk_full").touch()
+        stdout, stderr = sweep.communicate(timeout=240)  # no hang: the sweep ends by itself
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    lines = stderr.strip().splitlines()
+    assert sweep.returncode == 1 and "Traceback" not in stderr, stdout[-2000:] + stderr[-3000:]
+    assert lines[-1].startswith(f"a2rl: no space left on device writing {out / 'ledger.sqlite'}: free space"), lines
+    (small_disk / "filler").unlink()
+
+    # Nothing recorded is lost: the record files are whole, and the ledger (consistent, with what it took before the
+    # disk filled) gets from them what it could not take, as the next run of the same command does first.
+    (cell_dir,) = (out / "cells").iterdir()
+    assert read_jsonl(cell_dir / "attempt-1" / "submissions.jsonl") == recorded and len(recorded) == 1
+    ledger = Ledger(out / "ledger.sqlite")
+    try:
+        assert ledger.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert [e["payload"]["status"] for e in ledger.events(kind="status")] == ["running"]
+        fixed = reconcile(ledger, Layout.make(out, cache_dir, workspaces))
+        assert fixed["requeued"] == 1, fixed  # the cell cut off by the stop runs again next time
+        assert [e["payload"] for e in ledger.events(kind="submission")] == recorded
+    finally:
+        ledger.close()
+
+
+def test_a_record_line_the_full_disk_cuts_is_not_left_torn(small_disk):
+    """A line that only partly fits is taken back whole: once there is room again, the next line is whole too."""
+    from contracts.records import append_jsonl
+
+    path = small_disk / "records.jsonl"
+    append_jsonl(path, {"n": 0})
+    fill(small_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        for n in range(1, 100):  # the file's last block takes a few, then one line crosses into a block not there
+            append_jsonl(path, {"n": n, "pad": "x" * 1000})
+    assert path.read_bytes().endswith(b"\n")
+    (small_disk / "filler").unlink()
+    append_jsonl(path, {"n": "after"})
+    lines = read_jsonl(path)
+    assert [line["n"] for line in lines] == list(range(len(lines) - 1)) + ["after"], lines

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from agents.proxy.protocols import provider_names
 from agents.proxy.usage import Usage, cost_usd
-from contracts.records import read_jsonl
+from contracts.records import read_jsonl, write_whole
 
 KEY_PREFIX = "a2rl-"
 
@@ -120,7 +120,7 @@ class Cell:
         with self._lock:
             fd = os.dup(self._fd) if self._fd >= 0 else _open_append(self.records_path)
         try:
-            os.write(fd, data)
+            write_whole(fd, data, self.records_path)
             os.fsync(fd)
         finally:
             os.close(fd)
