@@ -90,15 +90,16 @@ def kill_process_of(actor) -> int:
 
 def test_a_rollout_host_killed_mid_episode_loses_only_its_sessions(run_sweep, cache_dir, tmp_path):
     pytest.importorskip("alfworld")
+    pytest.importorskip("textworld")
     import ray
 
     script = tmp_path / "loses_a_session.py"
     script.write_text(LOSES_A_SESSION)
     killed: list[int] = []
+    done = threading.Event()
 
     def kill_the_host_mid_episode():
-        deadline = time.time() + 300
-        while time.time() < deadline and not killed:
+        while not done.is_set() and not killed:
             names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                      if a["name"].startswith("a2rl-env-alfworld-")]
             for name in names:
@@ -109,9 +110,12 @@ def test_a_rollout_host_killed_mid_episode_loses_only_its_sessions(run_sweep, ca
 
     killer = threading.Thread(target=kill_the_host_mid_episode, daemon=True)
     killer.start()
-    _, _, out = run_sweep([*ALFWORLD, "agent=command", f"agent.files=[{script}]",
-                           f"agent.command=python code/{script.name}", "sweep.budget.wall_time_s=90"])
-    killer.join(5)
+    try:
+        _, _, out = run_sweep([*ALFWORLD, "agent=command", f"agent.files=[{script}]",
+                               f"agent.command=python code/{script.name}", "sweep.budget.wall_time_s=90"])
+    finally:
+        done.set()
+        killer.join(10)
     assert killed, "the host was never seen stepping a session"
     row, adir = one_cell(out, cache_dir)
     assert row["status"] == "completed", (row, (adir / "agent.stderr").read_text()[-2000:])
@@ -168,16 +172,17 @@ def test_the_driver_proxy_replica_killed_mid_stream_keeps_keys_and_exact_meterin
     script.write_text(STREAMS_THROUGH_THE_PROXY)
     agent = (f"{{name:streams,kind:command,needs_driver:true,files:['{script}'],"
              f"command:'python code/{script.name}'}}")
-    # A stream takes 8 x 0.25 s at least: killed 0.6 s after the upstream got it, it is cut off mid-way.
-    fake = FakeUpstream(usage=USAGE, expect_key="sk-real-faults", chunks=8, chunk_delay_s=0.25).start()
+    # A stream takes 8 x 0.5 s at least: killed 0.6 s after the upstream got it, it is cut off mid-way.
+    fake = FakeUpstream(usage=USAGE, expect_key="sk-real-faults", chunks=8, chunk_delay_s=0.5).start()
     driver = {**fake_driver("fake-openai", "openai", fake, "gpt-fake"), "api_key_env": PROXY_KEY_VAR}
     killed: list[int] = []
+    done = threading.Event()
 
     def kill_the_replica_mid_stream():
-        deadline = time.time() + 300
-        while time.time() < deadline and fake.calls == 0:
+        while not done.is_set() and fake.calls == 0:
             time.sleep(0.05)
-        time.sleep(0.6)
+        if done.wait(0.6):
+            return
         (name,) = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                    if "a2rl-driver-proxy#DriverProxy" in a["name"]]
         killed.append(kill_process_of(ray.get_actor(name, namespace="serve")))
@@ -188,8 +193,9 @@ def test_the_driver_proxy_replica_killed_mid_stream_keeps_keys_and_exact_meterin
         _, _, out = run_sweep(["sweep=demo", "sweep.seeds=[0]", f"sweep.agents=[{agent}]", drivers_override([driver]),
                                "sweep.budget.wall_time_s=90", "driver_proxy.backoff_s=0.05"])
     finally:
+        done.set()
+        killer.join(10)
         fake.stop()
-    killer.join(5)
     assert killed, "the proxy's replica was not killed"
     row, adir = one_cell(out, cache_dir)
     assert row["status"] == "completed", (row, (adir / "agent.stderr").read_text()[-2000:])
