@@ -6,6 +6,7 @@ ledger is derived from these files (orchestrator.records).
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -23,10 +24,20 @@ def append_jsonl(path: Path, record: dict) -> None:
     line = (json.dumps(record, default=str) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)  # one write with O_APPEND: concurrent writers never interleave within a line
+        write_whole(fd, line, path)  # one write with O_APPEND: concurrent writers never interleave within a line
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_whole(fd: int, data: bytes, path) -> None:
+    """Append data (whole lines) with one write on an O_APPEND descriptor, or none of it. A disk that fills up takes
+    part of a line and refuses the rest: the torn line is cut off again, or the next append, once there is room,
+    would glue its own line to it and readers would drop both."""
+    written = os.write(fd, data)
+    if written != len(data):
+        os.ftruncate(fd, os.fstat(fd).st_size - written)  # (a writer appending in between is not expected)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
 
 def write_json_durably(path: Path, data: dict) -> None:

@@ -12,6 +12,7 @@ STATUS = {
     "missing_token": 401,
     "invalid_token": 401,           # unknown, expired or closed run token
     "unknown_session": 404,         # no such environment session for this run
+    "session_lost": 410,            # the session's environment host died (it restarts empty): reset a new one
     "budget_exhausted": 409,        # time or submissions used up
     "not_a_model": 422,             # the directory does not load as a causal LM
     "invalid_field": 422,           # a field has the wrong type or size

@@ -27,6 +27,7 @@ Settings: the task's ``rollout:`` block (contracts.task_spec.RolloutSettings; de
 """
 # (no `from __future__ import annotations`: FastAPI must see the real Request type through Serve's ingress)
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -39,6 +40,7 @@ import ray
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
+from ray.exceptions import ActorUnavailableError, RayActorError
 
 from contracts.environment import Environment, Episode, Instance, Step
 from contracts.refusals import Refusal
@@ -46,6 +48,7 @@ from contracts.runs import run_token
 from contracts.task_spec import TaskSpec
 
 log = logging.getLogger("a2rl.rollouts")
+HOST_RESTART_TRIES = 10  # a new session's open is tried this often, a second apart, while its host restarts (~1-2 s)
 api = FastAPI(title="a2rl rollout API")
 
 def refused(e: Refusal) -> JSONResponse:
@@ -78,7 +81,9 @@ class _Session:
         self.done = self.won = False
 
 
-@ray.remote(max_restarts=0)
+# A host holds nothing durable: when its process dies (OOM kill, a crashing engine) Ray starts it again, empty, under
+# the same name, and the routers tell the agents of its sessions that they were lost (code session_lost).
+@ray.remote(max_restarts=-1)
 class EnvHost:
     """Holds sessions (one episode each) on a task's train instances; called only by the rollout routers."""
 
@@ -319,8 +324,7 @@ class RolloutService:
             actions = self._actions(body.get("actions"))
             session_id = _field(body, "session_id", str, required=False)
             if session_id is not None:
-                host = self._host(session_id)
-                return await self._call(host.reset.remote(session_id, token, game, actions))
+                return await self._session_call("reset", session_id, token, game, actions)
             session_id = self._new_session_id()
             refusal = await self.registry.claim_session.remote(token, session_id, self.cfg.max_sessions_per_run)
             if refusal is not None:
@@ -328,9 +332,12 @@ class RolloutService:
             if game is None:
                 game = self._rng.randrange(len(self.games))
             try:
-                return await self._call(self._host(session_id).open.remote(session_id, token, game, actions))
-            except BaseException:
-                await self.registry.release_sessions.remote(token, [session_id])
+                return await self._open(session_id, token, game, actions)
+            except BaseException as e:
+                await self.registry.release_sessions.remote(token, [session_id])  # not opened: not counted
+                if isinstance(e, RayActorError):
+                    raise Refusal("session_lost", "the environment host died while it opened your session; it "
+                                                  "restarts on its own: POST /env/reset again") from None
                 raise
         except Refusal as e:
             return refused(e)
@@ -344,7 +351,7 @@ class RolloutService:
             command = _field(body, "command", str)
             if len(command) > 500:
                 raise Refusal("invalid_field", "'command' is longer than 500 characters")
-            return await self._call(self._host(session_id).step.remote(session_id, token, command))
+            return await self._session_call("step", session_id, token, command)
         except Refusal as e:
             return refused(e)
 
@@ -354,7 +361,7 @@ class RolloutService:
             token = await self._run(request)
             body = await json_body(request)
             session_id = _field(body, "session_id", str)
-            await self._call(self._host(session_id).close.remote(session_id, token))
+            await self._session_call("close", session_id, token)
             remaining = await self.registry.release_sessions.remote(token, [session_id])
         except Refusal as e:
             return refused(e)
@@ -405,6 +412,37 @@ class RolloutService:
         if isinstance(out, Refusal):
             raise out
         return out
+
+    async def _open(self, session_id: str, token: str, game: int, actions: list[str]) -> dict:
+        host = self._host(session_id)
+        for attempt in range(HOST_RESTART_TRIES):
+            try:
+                return await self._call(host.open.remote(session_id, token, game, actions))
+            except ActorUnavailableError:
+                # The host is restarting (Ray has not yet seen it die, or is starting it again). A new session loses
+                # nothing by waiting for it; opening the same id twice only replaces the first.
+                if attempt == HOST_RESTART_TRIES - 1:
+                    raise
+                await asyncio.sleep(1.0)
+        raise AssertionError("unreachable")
+
+    async def _session_call(self, method: str, session_id: str, token: str, *args):
+        """Call a session's host; a session its host lost (the host died mid-call, or restarted empty since) is
+        answered session_lost and released in the registry, so it no longer counts against the run's limit."""
+        host = self._host(session_id)
+        try:
+            return await self._call(getattr(host, method).remote(session_id, token, *args))
+        except RayActorError:
+            pass
+        except Refusal as e:
+            # The host does not know it: closed, expired or never opened are released in the registry already;
+            # a session the registry still counts was lost with the host's previous process.
+            run = await self.registry.get.remote(token)
+            if e.code != "unknown_session" or run is None or session_id not in run.get("sessions", ()):
+                raise
+        await self.registry.release_sessions.remote(token, [session_id])
+        raise Refusal("session_lost", f"session {session_id!r} was lost: its environment host died and restarted "
+                                      "without it; start a new one with POST /env/reset (without session_id)")
 
 
 # ------------------------------------------------------------------------------------------------------ deploy

@@ -1,6 +1,7 @@
 """`python -m orchestrator [overrides]` runs a sweep; `python -m orchestrator report output_dir=DIR` analyses it."""
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -40,6 +41,12 @@ def sweep_main(cfg: DictConfig) -> None:
     except SandboxUnavailable as e:  # missing or too old bubblewrap: what to install, one line
         print(f"a2rl: {e}", file=sys.stderr)
         sys.exit(2)
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        print(f"a2rl: no space left on device writing {e.filename}: free space on that disk and run the same command "
+              "again (it resumes: what the record files hold is restored, finished cells are kept)", file=sys.stderr)
+        sys.exit(1)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")

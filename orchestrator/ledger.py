@@ -6,7 +6,9 @@ whole write or none of it. Events carry a dedup key, so reconciling from the per
 """
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,6 +57,7 @@ class Ledger:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
+        self.failure: OSError | None = None  # the disk refused a write (Tune's callbacks cannot raise it through)
 
     def close(self) -> None:
         self.db.close()
@@ -71,10 +74,15 @@ class Ledger:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
+            self.db.execute("COMMIT")
+        except BaseException as e:
+            if self.db.in_transaction:  # also when COMMIT itself failed (a full disk): else the next BEGIN fails
+                self.db.execute("ROLLBACK")
+            if isinstance(e, sqlite3.OperationalError) and e.sqlite_errorcode == sqlite3.SQLITE_FULL:
+                # As the OSError any other write there would raise: the sweep stops with one line naming the file.
+                self.failure = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+                raise self.failure from None
             raise
-        self.db.execute("COMMIT")
 
     # -- cells ---------------------------------------------------------------------------------------------------
     def add_cells(self, specs: list[CellSpec]) -> int:

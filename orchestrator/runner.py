@@ -245,6 +245,7 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
 def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool, emulated: bool, out) -> None:
     import ray
     from ray import tune
+    from ray.tune import TuneError
 
     from orchestrator.callbacks import LedgerCallback, WandbCallback, label, wandb_mode
     from orchestrator.cell import run_cell
@@ -295,7 +296,12 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
                                           failure_config=tune.FailureConfig(max_failures=int(cfg.cluster.max_retries)),
                                           callbacks=callbacks),
             )
-            tuner.fit()
+            try:
+                tuner.fit()
+            except TuneError:
+                if ledger.failure is not None:  # Tune wraps a callback's exception in a traceback's text
+                    raise ledger.failure from None
+                raise
     finally:
         if local:
             ray.shutdown()

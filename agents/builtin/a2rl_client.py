@@ -139,8 +139,8 @@ class Env:
             code, answer = http(self.url + path, self.token, body)
             if code == 200:
                 return answer
-            if answer.get("code") == "unknown_session" and path == "/reset" and "session_id" in body:
-                body = {k: v for k, v in body.items() if k != "session_id"}  # it expired: open a new one
+            if answer.get("code") in ("unknown_session", "session_lost") and path == "/reset" and "session_id" in body:
+                body = {k: v for k, v in body.items() if k != "session_id"}  # it expired or was lost: open a new one
                 continue
             if code not in (0, 429, 500, 502, 503) or attempt == 4:
                 raise RuntimeError(f"POST {path} {body}: {code} {answer}")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from agents.proxy.protocols import provider_names
 from agents.proxy.usage import Usage, cost_usd
+from contracts.records import read_jsonl, write_whole
 
 KEY_PREFIX = "a2rl-"
 
@@ -119,7 +120,7 @@ class Cell:
         with self._lock:
             fd = os.dup(self._fd) if self._fd >= 0 else _open_append(self.records_path)
         try:
-            os.write(fd, data)
+            write_whole(fd, data, self.records_path)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -130,6 +131,16 @@ class Cell:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+    def replay(self, line: dict) -> None:
+        """Count a call recorded by an earlier process of the proxy (its replica restarted), as _account did."""
+        self.calls += 1
+        self.refused += str(line.get("error") or "").startswith("budget_exhausted")
+        self.input_tokens += line["input_tokens"]
+        self.output_tokens += line["output_tokens"]
+        self.cached_tokens += line["cached_tokens"]
+        self.cost_usd += line["cost_usd"]
+        self.wait_s += line["wait_s"]
 
     def usage(self) -> dict:
         return {
@@ -150,8 +161,10 @@ class CellRegistry:
         self._environ = os.environ if environ is None else environ
         self._cells: dict[str, Cell] = {}
 
-    def register_cell(self, cell_id: str, driver: dict, limits: dict | None, records_path: str) -> str:
-        """Register a cell; returns the per-cell key its agent uses in place of the real one."""
+    def register_cell(self, cell_id: str, driver: dict, limits: dict | None, records_path: str,
+                      key: str | None = None) -> str:
+        """Register a cell; returns the per-cell key its agent uses in place of the real one (a new one unless
+        given: restore gives the key the cell already has)."""
         driver = validate_driver(driver)
         limits = limits or {}
         unknown = set(limits) - {"max_tokens", "max_cost_usd"}
@@ -165,12 +178,23 @@ class CellRegistry:
                 raise ValueError(f"driver {driver.get('name', '?')}: environment variable {env} is not set "
                                  "where the driver proxy runs")
         Path(records_path).parent.mkdir(parents=True, exist_ok=True)
-        key = KEY_PREFIX + secrets.token_urlsafe(24)
+        key = key or KEY_PREFIX + secrets.token_urlsafe(24)
         cell = Cell(cell_id, driver, real_key, limits.get("max_tokens"), limits.get("max_cost_usd"),
                     str(records_path))
         cell._fd = _open_append(cell.records_path)
         self._cells[key] = cell
         return key
+
+    def restore(self, key: str, cell_id: str, driver: dict, limits: dict | None, records_path: str,
+                closed: bool = False) -> None:
+        """A cell registered with an earlier process of the proxy (its replica died and Serve started another): the
+        same key, and its use so far counted from its records, so its budget goes on from where it was."""
+        self.register_cell(cell_id, driver, limits, records_path, key=key)
+        cell = self._cells[key]
+        for line in read_jsonl(Path(records_path)):
+            cell.replay(line)
+        if closed:
+            cell.close()
 
     def get(self, key: str | None) -> Cell | None:
         cell = self._cells.get(key) if key else None
