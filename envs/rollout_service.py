@@ -494,7 +494,7 @@ def deploy(spec: TaskSpec, cache_dir: str) -> str:
     return route_prefix(spec.name)
 
 
-def close_run(task_name: str, token: str) -> dict:
+def close_run(task_name: str, token: str, timeout_s: float | None = None) -> dict:
     """Close a run's sessions through the deployment handle (the orchestrator, when a cell ends); returns the run's
-    use of the environment."""
-    return serve.get_app_handle(app_name(task_name)).close_run.remote(token).result()
+    use of the environment. Raises TimeoutError after timeout_s."""
+    return serve.get_app_handle(app_name(task_name)).close_run.remote(token).result(timeout_s=timeout_s)

@@ -328,7 +328,11 @@ class Grader:
         if not still_open:  # the cell ended and gave this evaluation up (recorded as an infra error then)
             return refused(Refusal("infra_error", "your run ended while this submission was evaluated"))
         after = await self.registry.peek.remote(token) or run
-        record = self._record(after, submission_id, best, received, given_path, result, commit)
+        try:
+            record = self._record(after, submission_id, best, received, given_path, result, commit)
+        except OSError as e:  # e.g. the output disk is full: the agent hears it, the sweep stops on its ledger
+            log.error("could not record submission %d of %s: %s", submission_id, run["cell_id"], e)
+            return refused(Refusal("infra_error", f"the grader could not record your submission: {e}"))
         if "infra_error" in record["flags"]:
             return JSONResponse(status_code=STATUS["infra_error"], content={**record, "code": "infra_error"})
         return record

@@ -257,7 +257,7 @@ def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, op
         from envs.rollout_service import close_run as close_sessions
 
         try:
-            left["env_usage"] = close_sessions(attempt.cell.task_name, agent.token)
+            left["env_usage"] = close_sessions(attempt.cell.task_name, agent.token, opts["service_timeout_s"])
         except Exception as e:  # idle sessions expire anyway; this must not turn a result into an infra error
             print(f"[a2rl] closing the rollout sessions of {cell_id} failed: {e!r}", file=sys.stderr)
     return left
