@@ -161,7 +161,7 @@ def prompt_file(spec: TaskSpec) -> Path | None:
 
 def knobs(cls: type) -> dict[str, inspect.Parameter]:
     """A task class's constructor arguments; a subclass that passes **knobs on takes its base class's too."""
-    params = {k: p for k, p in inspect.signature(cls.__init__).parameters.items() if k not in ("self", "spec")}
+    params = {k: p for k, p in inspect.signature(cls).parameters.items() if k != "spec"}
     rest = [k for k, p in params.items() if p.kind is inspect.Parameter.VAR_KEYWORD]
     if rest:
         base = next(b for b in cls.__mro__[1:] if "__init__" in vars(b))
