@@ -77,10 +77,12 @@ def test_alfworld_sweep_runs_sft_grpo_in_its_sandbox(run_sweep):
                    "agent.args.grpo_steps_per_round=2", "agent.args.episodes_per_round=1", "agent.args.horizon=3",
                    "agent.args.submit_every=1", "agent.args.grading_estimate_s=20", "agent.args.margin_s=5",
                    "+agent.args.max_new_tokens=12"]
-    _, _, out = run_sweep(["sweep=alfworld_small", "sweep.budget.wall_time_s=120", *small_task, *quick_agent])
+    # The agent stops after its one GRPO round: the budget only has to be more than a slow machine needs (120 s
+    # was not, once, on a busy one), and a fast one does not wait for it.
+    _, _, out = run_sweep(["sweep=alfworld_small", "sweep.budget.wall_time_s=1200", *small_task, *quick_agent])
     ledger = Ledger(out / "ledger.sqlite")
     (cell,) = ledger.cells().values()
-    assert cell["agent"] == "sft_grpo" and cell["status"] in ("completed", "budget_exhausted"), cell
+    assert cell["agent"] == "sft_grpo" and cell["status"] == "completed", cell
     subs = [e["payload"] for e in ledger.events(kind="submission")]
     paths = [s["model_path"] for s in subs]
     assert paths[0] == "output/sft" and any(p.startswith("output/grpo-") for p in paths[1:]), paths
