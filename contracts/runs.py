@@ -59,7 +59,7 @@ class RunRegistry:
 
     def _register(self, token: str, run: dict) -> None:
         self.runs[token] = {**run, "closed": False, "used": 0, "refunded": 0, "inflight": {}, "requests": {},
-                            "best": None, "scores": [], "sessions": set()}
+                            "best": None, "scores": [], "sessions": set(), "final": None}
 
     def get(self, token: str) -> dict | None:
         run = self.runs.get(token)
@@ -110,6 +110,13 @@ class RunRegistry:
             run["scores"].append(score)
             run["best"] = score if run["best"] is None else max(run["best"], score)
         return run["best"]
+
+    def set_final(self, token: str, candidate: dict) -> None:
+        """The submission the run's held-out final score will be taken on (its kept copy, its feedback score)."""
+        self._change("set_final", token, candidate)
+
+    def _set_final(self, token: str, candidate: dict) -> None:
+        self.runs[token]["final"] = candidate
 
     def cancel(self, token: str, submission_id: int) -> None:
         """Take back a reservation the agent is refused for (its model does not load): nothing is recorded, and the

@@ -49,8 +49,14 @@ class Task:
         raise NotImplementedError
 
     def eval_rows(self) -> list[dict]:
-        """Hidden. Each row has at least id, prompt and answer."""
+        """Hidden: the feedback split, what /submit scores and answers with. Each row has at least id, prompt and
+        answer."""
         raise NotImplementedError
+
+    def final_rows(self) -> list[dict]:
+        """Hidden, and no score on it ever reaches the agent: the held-out final split, disjoint from the feedback
+        split. The grader scores one submission per run on it when the run ends. [] when the task has none."""
+        return []
 
     def instructions(self) -> str:
         """Markdown for the agent: the task, the data format, the grader's prompt format, the answer format."""
@@ -107,6 +113,16 @@ class InteractiveTask(Task):
         """One row per eval instance: its id, the instance's name and what the environment says about it."""
         return [{"id": f"{self.name}-eval-{i}", "instance": inst.name, **inst.info}
                 for i, inst in enumerate(self.environment().instances("eval"))]
+
+    def final_rows(self) -> list[dict]:
+        """One row per instance of the environment's `final` split, when it has one (instances() raises KeyError
+        for a split an environment does not have)."""
+        try:
+            instances = self.environment().instances("final")
+        except KeyError:
+            return []
+        return [{"id": f"{self.name}-final-{i}", "instance": inst.name, "split": "final", **inst.info}
+                for i, inst in enumerate(instances)]
 
     def messages(self, row: dict) -> list[dict]:
         """A train row's chat as the grader sends it at that step (the environment rendered it into the row)."""

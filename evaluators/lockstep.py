@@ -152,11 +152,14 @@ def play(env: Environment, instances: Sequence[Instance], generate: Generate, wo
 def evaluate(env: Environment, rows: list[dict], generate: Generate, workers: int = 0) -> dict:
     """The eval rows' instances played: {score: 100 x mean episode grade, n, items, metrics: {success_rate: 100 x
     the share of episodes won, mean_steps}}."""
-    by_name = {inst.name: inst for inst in env.instances("eval")}
-    episodes = play(env, [by_name[row["instance"]] for row in rows], generate, workers)
-    items = [{"id": row["id"], **by_name[row["instance"]].info, "score": ep["score"], "won": ep["won"],
+    splits = {row.get("split", "eval") for row in rows}  # the feedback split's rows, or the held-out final split's
+    by_name = {(split, inst.name): inst for split in splits for inst in env.instances(split)}
+    instances = [by_name[row.get("split", "eval"), row["instance"]] for row in rows]
+    episodes = play(env, instances, generate, workers)
+    items = [{"id": row["id"], **inst.info, "score": ep["score"], "won": ep["won"],
               "steps": ep["steps"], "task": ep["goal"], "commands": ep["actions"],
-              "completion": ep["replies"][-1] if ep["replies"] else ""} for row, ep in zip(rows, episodes)]
+              "completion": ep["replies"][-1] if ep["replies"] else ""}
+             for row, inst, ep in zip(rows, instances, episodes)]
     n = len(items)
     # The score is the mean grade (Environment.score); where the grade is dense (a reward), the share of episodes
     # that reached their goal is a metric of its own (WebShop's success rate), so it is reported beside it.

@@ -16,7 +16,10 @@ the answer is sent.
 
 import asyncio
 import logging
+import os
 import secrets
+import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -34,6 +37,8 @@ from evaluators.submissions import resolve_model_path
 
 log = logging.getLogger("a2rl.grader")
 JUDGE_CALLS = "judge_calls.jsonl"  # in the cell's records folder: every call of its evaluations' judge
+FINAL = "final.json"                  # in the cell's records folder: the held-out score of its final submission
+FINAL_CANDIDATES = "final-candidates"  # there too, while the run lasts: a copy of the submission it will be
 JUDGE_USAGE = ("calls", "input_tokens", "output_tokens", "cached_tokens", "total_tokens", "cost_usd")
 api = FastAPI(title="a2rl grading API")
 
@@ -60,10 +65,26 @@ def refused(e: Refusal) -> JSONResponse:
     return JSONResponse(status_code=e.status, content=e.body())
 
 
+def keep_copy(model_dir: Path, keep: Path) -> None:
+    """A copy of a submitted model directory, complete or absent: the files its links point to are copied, but only
+    regular files (a link to a device or a pipe would never end)."""
+    def copy_regular(src: str, dst: str) -> None:
+        if not stat.S_ISREG(os.stat(src).st_mode):
+            raise OSError(f"{src} is not a regular file")
+        shutil.copy2(src, dst)
+
+    tmp = keep.with_name(keep.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(model_dir, tmp, copy_function=copy_regular)
+    tmp.rename(keep)
+
+
 # What an evaluation lost with its replica's process raises (a kill, the out-of-memory killer, its node gone)
 INFRA_FAULTS = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError,
                 ray.exceptions.NodeDiedError)
 
+
+# Everything the deployment classes use is defined above them: Serve pickles a class when it is decorated.
 
 @serve.deployment(health_check_period_s=10)
 class Evaluator:
@@ -80,10 +101,12 @@ class Evaluator:
         torch.set_num_threads(max(1, int(spec.grader.num_cpus)))
         self.spec = spec
         self.task = build_task(spec, cache_dir, task_cls)
-        self.eval_rows = self.task.eval_rows()
+        # the feedback split (what /submit answers with) and the held-out final split (scored once per run)
+        self.rows = {"eval": self.task.eval_rows(), "final": self.task.final_rows()}
         self.max_new_tokens = spec.grader.max_new_tokens
         self.backend = make_backend(spec.grader)
-        self.scores = ScoreCache(Path(cache_dir) / "grading" / spec.name / split_key(spec.config))
+        root = Path(cache_dir) / "grading" / spec.name / split_key(spec.config)
+        self.scores = {"eval": ScoreCache(root), "final": ScoreCache(root / "final")}
         self.base_dir = resolve_base_model(spec.base_model, Path(cache_dir) / "models")
         # An LLM judge is asked through the driver proxy, on a metered key per evaluation (judge usage)
         self.judge_driver, self.driver_url = self.task.judge_driver(), driver_url
@@ -91,27 +114,37 @@ class Evaluator:
             raise ValueError(f"task {spec.name} has an LLM judge but no driver proxy was given to its grader")
         self.judge_calls = Path(cache_dir) / "grading" / spec.name / "judge-calls-baseline.jsonl"
         self.baseline_lock = asyncio.Lock()
-        self.baseline: float | None = None
+        self.baseline: dict[str, float | None] = {"eval": None, "final": None}
         base = self.backend.load(self.base_dir)
         try:
             self.base_digest = self.backend.weights_digest(base)
             if not self.judge_driver:  # with a judge the proxy must answer: scored on the first run's registration
-                self.baseline = self._score(base, score_key(self.base_dir, self.base_digest))["score"]  # cached
+                for split in self._splits():
+                    self.baseline[split] = self._score(base, self._base_key(), split=split)["score"]  # cached
         finally:
             self.backend.unload(base)
-        log.info("grader %s ready: baseline %s on %d eval items", spec.name, self.baseline, len(self.eval_rows))
+        log.info("grader %s ready: baseline %s on %d eval items", spec.name, self.baseline, len(self.rows["eval"]))
+
+    def _splits(self) -> list[str]:
+        return [split for split in ("eval", "final") if self.rows[split]]
+
+    def _base_key(self) -> str:
+        return score_key(self.base_dir, self.base_digest)
 
     def info(self) -> dict:
-        """The base model's score (None while a judged task's is not scored yet), its digest, the eval size."""
-        return {"baseline_score": self.baseline, "base_digest": self.base_digest, "n_eval": len(self.eval_rows)}
+        """The base model's scores (None while a judged task's are not scored yet), its digest, the split sizes."""
+        return {"baseline_score": self.baseline["eval"], "final_baseline_score": self.baseline["final"],
+                "base_digest": self.base_digest, "n_eval": len(self.rows["eval"]), "n_final": len(self.rows["final"])}
 
     async def scored_baseline(self) -> dict:
         await self.ensure_baseline()
         return self.info()
 
-    async def evaluate(self, model_dir: str, cell_id: str, records_dir: str) -> dict:
-        """Score one submission: {"refusal": Refusal} when it does not load, else its digest, score, eval_s,
-        metrics, flags, error, judge_usage and whether it is refunded (its judge was down)."""
+    async def evaluate(self, model_dir: str, cell_id: str, records_dir: str, split: str = "eval",
+                       digest: str | None = None) -> dict:
+        """Score one submission on a split: {"refusal": Refusal} when it does not load, else its digest, score,
+        eval_s, metrics, flags, error, judge_usage and whether it is refunded (its judge was down). digest: the
+        weights it must have (a kept copy scored on the final split: anything else is an error, not a score)."""
         try:
             loaded = await asyncio.to_thread(self._load, Path(model_dir))
         except Refusal as e:
@@ -120,10 +153,14 @@ class Evaluator:
                      "judge_usage": None, "refunded": False}
         try:
             out["digest"] = await asyncio.to_thread(self.backend.weights_digest, loaded)
+            if digest is not None and out["digest"] != digest:
+                raise ValueError(f"its weights changed since they were scored (digest {out['digest'][:12]}, "
+                                 f"expected {digest[:12]})")
             if out["digest"] == self.base_digest:
                 out["flags"].append("copy_of_base")
             key = await asyncio.to_thread(score_key, Path(model_dir), out["digest"])
-            result, out["judge_usage"] = await self._judged(loaded, key, cell_id, Path(records_dir) / JUDGE_CALLS)
+            result, out["judge_usage"] = await self._judged(loaded, key, cell_id, Path(records_dir) / JUDGE_CALLS,
+                                                            split)
             out.update(score=result["score"], eval_s=result["eval_s"], metrics=result.get("metrics"))
             if result["cached"]:
                 out["flags"].append("cached")
@@ -147,41 +184,43 @@ class Evaluator:
         except ModelLoadError as e:
             raise Refusal("not_a_model", f"could not load {model_dir.name} as a causal LM: {e}") from None
 
-    def _score(self, loaded, key: str, judge=None) -> dict:
-        """Score from the cache, or evaluate and cache it. Greedy decoding makes a key's score a constant (and a
-        judge's verdicts too: temperature 0, cached per judgement)."""
-        cached = self.scores.get(key)
+    def _score(self, loaded, key: str, judge=None, split: str = "eval") -> dict:
+        """Score on a split from the cache, or evaluate and cache it. Greedy decoding makes a key's score a constant
+        (and a judge's verdicts too: temperature 0, cached per judgement)."""
+        cached = self.scores[split].get(key)
         if cached is not None:
             return {**cached, "cached": True, "eval_s": 0.0}
         from evaluators.evaluate import evaluate_loaded
 
         started = time.time()
-        result = evaluate_loaded(self.task, self.backend, loaded, self.eval_rows, self.max_new_tokens, judge)
+        result = evaluate_loaded(self.task, self.backend, loaded, self.rows[split], self.max_new_tokens, judge)
         entry = {"score": result["score"], "n": result["n"], "eval_s": time.time() - started}
         if result.get("metrics"):
             entry["metrics"] = result["metrics"]
-        self.scores.put(key, entry, details=result["items"])
+        self.scores[split].put(key, entry, details=result["items"])
         return {**entry, "cached": False}
 
     async def ensure_baseline(self) -> None:
         """A judged task's baseline, scored once (its judge's calls metered under the grader's own key)."""
         async with self.baseline_lock:
-            if self.baseline is not None:
+            if all(self.baseline[split] is not None for split in self._splits()):
                 return
             loaded = await asyncio.to_thread(self.backend.load, self.base_dir)
             try:
-                key = score_key(self.base_dir, self.base_digest)
-                result, _ = await self._judged(loaded, key, f"grader:{self.spec.name}", self.judge_calls)
-                self.baseline = result["score"]
+                for split in self._splits():
+                    result, _ = await self._judged(loaded, self._base_key(), f"grader:{self.spec.name}",
+                                                   self.judge_calls, split)
+                    self.baseline[split] = result["score"]
             finally:
                 await asyncio.to_thread(self.backend.unload, loaded)
 
-    async def _judged(self, loaded, key: str, who: str, calls_path: Path) -> tuple[dict, dict | None]:
+    async def _judged(self, loaded, key: str, who: str, calls_path: Path, split: str = "eval"
+                      ) -> tuple[dict, dict | None]:
         """_score with the task's LLM judge opened on a key of its own; returns (result, the judge's usage)."""
         if not self.judge_driver:
-            return await asyncio.to_thread(self._score, loaded, key), None
-        if self.scores.get(key) is not None:  # a cached score asks no judge
-            return await asyncio.to_thread(self._score, loaded, key), dict.fromkeys(JUDGE_USAGE, 0)
+            return await asyncio.to_thread(self._score, loaded, key, None, split), None
+        if self.scores[split].get(key) is not None:  # a cached score asks no judge
+            return await asyncio.to_thread(self._score, loaded, key, None, split), dict.fromkeys(JUDGE_USAGE, 0)
         from contracts.serving import DRIVER_PROXY_APP
         from evaluators.judging.pairwise import LLMJudge
 
@@ -189,7 +228,7 @@ class Evaluator:
         judge_key = await proxy.register_cell.remote(f"{who}:judge", self.judge_driver, None, str(calls_path))
         judge = LLMJudge(self.judge_driver, self.driver_url, judge_key)
         try:
-            result = await asyncio.to_thread(self._score, loaded, key, judge)
+            result = await asyncio.to_thread(self._score, loaded, key, judge, split)
         finally:
             judge.close()
             usage = await proxy.close_cell.remote(judge_key, 5.0)
@@ -223,9 +262,14 @@ class Grader:
         await self.registry.register.remote(token, run)
         return base
 
-    async def close_run(self, token: str, timeout_s: float = 1800) -> int:
-        """Refuse new submissions, wait at most timeout_s for those being evaluated, then give the rest up: each is
-        recorded as an infrastructure error (refunded). Returns how many were given up."""
+    async def close_run(self, token: str, timeout_s: float = 1800) -> dict:
+        """Refuse new submissions, wait at most timeout_s for those being evaluated, then give the rest up (each is
+        recorded as an infrastructure error, refunded), then score the run's final submission on the held-out
+        split. Returns {"unfinished": how many were given up, "final": the held-out record or None}."""
+        unfinished = await self._drain(token, timeout_s)
+        return {"unfinished": unfinished, "final": await self._score_final(token)}
+
+    async def _drain(self, token: str, timeout_s: float) -> int:
         inflight = await self.registry.close.remote(token)
         deadline = time.monotonic() + timeout_s
         while inflight and time.monotonic() < deadline:
@@ -273,6 +317,9 @@ class Grader:
             if not isinstance(body, dict):
                 raise Refusal("bad_request", 'the body must be a JSON object with "model_path"')
             model_dir = resolve_model_path(Path(run["workspace"]), body.get("model_path"))
+            final = body.get("final", False)
+            if not isinstance(final, bool):
+                raise Refusal("bad_request", '"final" must be true or false')
             if received >= run["deadline"]:
                 raise Refusal("budget_exhausted", "time budget exhausted")
             if counted(run) >= run["max_submissions"]:
@@ -285,7 +332,8 @@ class Grader:
         except Refusal as e:
             return refused(e)
         # shielded: an agent that hangs up (a client timeout) does not cancel the evaluation it was counted for
-        return await asyncio.shield(self._grade(token, run, submission_id, model_dir, body["model_path"], received))
+        return await asyncio.shield(self._grade(token, run, submission_id, model_dir, body["model_path"], received,
+                                                final))
 
     # -- internals ----------------------------------------------------------------------------------------------
     async def _run(self, request: Request, token: str | None = None) -> dict:
@@ -296,7 +344,7 @@ class Grader:
         return run
 
     async def _grade(self, token: str, run: dict, submission_id: int, model_dir: Path, given_path: str,
-                     received: float):
+                     received: float, final: bool):
         from contracts.code_snapshots import snapshot_code
 
         commit = None
@@ -305,21 +353,8 @@ class Grader:
                                              Path(run["code_repo"]), f"submission {submission_id}")
         except Exception as e:  # a broken snapshot must not cost the agent its submission
             log.warning("code snapshot failed for %s: %s", run["cell_id"], e)
-        result = None
-        for attempt in range(1 + self.spec.grader.infra_retries):
-            try:
-                result = await self.evaluator.evaluate.remote(str(model_dir), run["cell_id"], run["records_dir"])
-                break
-            except INFRA_FAULTS as e:  # its replica died: Serve starts another, and the evaluation is asked again
-                fault = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                log.warning("evaluation %d of %s lost (try %d): %s", submission_id, run["cell_id"], attempt + 1,
-                            fault)
-                result = self._lost(f"the grader's evaluation process died {attempt + 1} time(s): {fault}")
-            except Exception as e:  # noqa: BLE001 - the evaluator's own bug: the agent gets a record, not a 500
-                log.exception("evaluation %d of %s raised", submission_id, run["cell_id"])
-                result = {**self._lost(f"evaluation failed: {type(e).__name__}: {e}"), "refunded": False,
-                          "flags": ["eval_failed"]}
-                break
+        result = await self._evaluate(f"evaluation {submission_id} of {run['cell_id']}", str(model_dir),
+                                      run["cell_id"], run["records_dir"])
         if "refusal" in result:
             await self.registry.cancel.remote(token, submission_id)
             return refused(result["refusal"])
@@ -335,6 +370,70 @@ class Grader:
             return refused(Refusal("infra_error", f"the grader could not record your submission: {e}"))
         if "infra_error" in record["flags"]:
             return JSONResponse(status_code=STATUS["infra_error"], content={**record, "code": "infra_error"})
+        if record["score"] is not None and self.base and self.base["n_final"]:
+            await self._keep_final_candidate(token, after, record, model_dir, final)
+        return record
+
+    async def _evaluate(self, what: str, *args) -> dict:
+        """Evaluator.evaluate(*args), asked again of a live replica when its process dies (infra_retries times)."""
+        result: dict = {}
+        for attempt in range(1 + self.spec.grader.infra_retries):
+            try:
+                return await self.evaluator.evaluate.remote(*args)
+            except INFRA_FAULTS as e:  # its replica died: Serve starts another, and the evaluation is asked again
+                fault = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                log.warning("%s lost (try %d): %s", what, attempt + 1, fault)
+                result = self._lost(f"the grader's evaluation process died {attempt + 1} time(s): {fault}")
+            except Exception as e:  # noqa: BLE001 - the evaluator's own bug: a record, not a 500
+                log.exception("%s raised", what)
+                return {**self._lost(f"evaluation failed: {type(e).__name__}: {e}"), "refunded": False,
+                        "flags": ["eval_failed"]}
+        return result
+
+    async def _keep_final_candidate(self, token: str, run: dict, record: dict, model_dir: Path, marked: bool) -> None:
+        """Keep a copy of the submission the held-out score will be taken on (the last one marked final, else the
+        best so far), so the agent may overwrite its directory afterwards. Copied before the agent is answered."""
+        held = run.get("final")
+        if not marked and (held is not None and (held["marked"] or held["score"] >= record["score"])):
+            return
+        keep = Path(run["records_dir"]) / FINAL_CANDIDATES / str(record["submission_id"])
+        try:
+            await asyncio.to_thread(keep_copy, model_dir, keep)
+        except OSError as e:  # the held-out score then falls to the last kept candidate
+            log.error("could not keep submission %d of %s for its final score: %s", record["submission_id"],
+                      run["cell_id"], e)
+            return
+        await self.registry.set_final.remote(token, {"submission_id": record["submission_id"], "marked": marked,
+                                                     "score": record["score"], "digest": record["digest"],
+                                                     "path": str(keep), "model_path": record["model_path"]})
+        if held is not None:
+            await asyncio.to_thread(shutil.rmtree, held["path"], True)
+
+    async def _score_final(self, token: str) -> dict | None:
+        """Score the run's final submission on the held-out split (the base model when it has none scored) and
+        record it (fsync) as final.json in its records; None when the task has no final split."""
+        from contracts.records import write_json_durably
+
+        base = await self.ensure_baseline()
+        run = await self.registry.peek.remote(token)
+        if run is None or not base["n_final"]:
+            return None
+        held = run.get("final")
+        record = {"submission_id": None, "marked": False, "model_path": None, "feedback_score": None,
+                  "feedback_baseline_score": base["baseline_score"], "score": base["final_baseline_score"],
+                  "baseline_score": base["final_baseline_score"], "n": base["n_final"], "flags": ["no_submission"],
+                  "error": None, "t": time.time()}
+        if held is not None:
+            result = await self._evaluate(f"final evaluation of {run['cell_id']}", held["path"], run["cell_id"],
+                                          run["records_dir"], "final", held["digest"])
+            if "refusal" in result:
+                result = {**self._lost(str(result["refusal"])), "flags": ["eval_failed"]}
+            record.update(submission_id=held["submission_id"], marked=held["marked"], model_path=held["model_path"],
+                          feedback_score=held["score"], score=result["score"], error=result["error"],
+                          flags=[f for f in result["flags"] if f != "cached"], metrics=result.get("metrics"))
+            await asyncio.to_thread(shutil.rmtree, Path(run["records_dir"]) / FINAL_CANDIDATES, True)
+        record["improvement"] = None if record["score"] is None else record["score"] - record["baseline_score"]
+        await asyncio.to_thread(write_json_durably, Path(run["records_dir"]) / FINAL, record)
         return record
 
     @staticmethod

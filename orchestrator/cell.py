@@ -245,10 +245,11 @@ def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, op
             session.close()
         except Exception as e:  # the calls are recorded already; this must not turn a result into an error
             print(f"[a2rl] closing the driver key of {cell_id} failed: {e!r}", file=sys.stderr)
-    try:  # evaluations still running get eval_timeout_s, then the grader records them as infra errors
-        left["evaluations_unfinished"] = answer(agent.grader.close_run.remote(agent.token, opts["eval_timeout_s"]),
-                                                opts["eval_timeout_s"] + opts["service_timeout_s"],
-                                                f"the grader of {cell_id} (closing the run)")
+    try:  # evaluations still running get eval_timeout_s, then the held-out final score is taken (as long again)
+        closed = answer(agent.grader.close_run.remote(agent.token, opts["eval_timeout_s"]),
+                        2 * opts["eval_timeout_s"] + opts["service_timeout_s"],
+                        f"the grader of {cell_id} (closing the run)")
+        left["evaluations_unfinished"], left["final"] = closed["unfinished"], closed["final"]
     except Exception as e:  # the outcome must still be recorded: the agent's result is not lost with the grader
         print(f"[a2rl] {e}", file=sys.stderr)
         left["evaluations_unfinished"] = None
@@ -294,6 +295,7 @@ def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_cod
                        "setup_s": agent.started - attempt.started, "teardown_s": ended - agent_ended,
                        **({"resource_limit": resource} if resource else {}),
                        **({"grader_error": left["grader_error"]} if left.get("grader_error") else {}),
+                       **({"final": left["final"]} if left.get("final") else {}),
                        **(session.summary() if session is not None else {}),
                        **({"env_usage": env_usage} if env_usage is not None else {})})
 

@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS cells (
     attempts INTEGER NOT NULL DEFAULT 0,
     baseline_score REAL, best_score REAL, improvement REAL,
     n_submissions INTEGER NOT NULL DEFAULT 0,
+    final_score REAL, final_baseline_score REAL, final_improvement REAL,
     limit_hit TEXT,
     started_at REAL, ended_at REAL,
     error TEXT
@@ -46,6 +47,8 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_by_cell ON events(cell_id, attempt, t);
 """
+# Columns added since the first ledgers were written: an older ledger gets them when it is opened.
+ADDED_COLUMNS = {"final_score": "REAL", "final_baseline_score": "REAL", "final_improvement": "REAL"}
 
 
 class Ledger:
@@ -57,6 +60,10 @@ class Ledger:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
+        have = {row["name"] for row in self.db.execute("PRAGMA table_info(cells)")}
+        for name, kind in ADDED_COLUMNS.items():
+            if name not in have:
+                self.db.execute(f"ALTER TABLE cells ADD COLUMN {name} {kind}")
         self.failure: OSError | None = None  # the disk refused a write (Tune's callbacks cannot raise it through)
 
     def close(self) -> None:
@@ -117,11 +124,15 @@ class Ledger:
                        "n_submissions=? WHERE cell_id=?", (baseline, best, improvement, n_submissions, cell_id))
 
     def finish(self, cell_id: str, status: str, ended_at: float, error: str | None = None,
-               limit_hit: str | None = None) -> None:
+               limit_hit: str | None = None, final: dict | None = None) -> None:
+        """final: the held-out record of the cell's final submission (the grader's final.json), when it has one."""
         assert status in FINISHED + ERRORED, status
+        final = final or {}
         with self.transaction() as db:
-            db.execute("UPDATE cells SET status=?, ended_at=?, error=?, limit_hit=? WHERE cell_id=?",
-                       (status, ended_at, error, limit_hit, cell_id))
+            db.execute("UPDATE cells SET status=?, ended_at=?, error=?, limit_hit=?, final_score=?, "
+                       "final_baseline_score=?, final_improvement=? WHERE cell_id=?",
+                       (status, ended_at, error, limit_hit, final.get("score"), final.get("baseline_score"),
+                        final.get("improvement"), cell_id))
 
     # -- events --------------------------------------------------------------------------------------------------
     def add_events(self, cell_id: str, attempt: int, events: list[dict]) -> int:

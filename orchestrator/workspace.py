@@ -33,6 +33,11 @@ submissions and best so far (and, when you have an LLM driver, the tokens and co
 computed on a hidden eval split you cannot see. An answer with status 503 and `"code": "infra_error"` means the
 grading infrastructure failed on your submission: it did not count against your budget; submit it again.
 
+When your run ends, one submission is scored once more on a held-out final split that no answer ever scores (when
+the task has one): the one you marked with `"final": true` in the body of `/submit` (the last one you marked), else
+your best by score. That held-out score is your run's result. Its model directory is kept as it was when you
+submitted it, so you may overwrite it afterwards.
+
 ## Your budget
 
 - wall time: {wall_time_s:.0f} s (deadline in run.json; everything you started is stopped then)

@@ -73,6 +73,7 @@ def faulted_sweep(run_sweep, tmp_path, gate_dir, submissions: int, client_timeou
             "sweep=smoke", "agent=command", f"agent.files=[{tmp_path / 'fault_agent.py'}]",
             f"agent.command=python code/fault_agent.py {submissions} {client_timeout_s}", "task=arithmetic",
             "task.name=gated", "task.cls=gated", f"+task.gate_dir={gate_dir}", "task.eval_size=8",
+            "task.final_size=0",
             "+task.grader.infra_retries=1", "imports=[tests.support.gated]", "sweep.budget.wall_time_s=300",
             "sweep.budget.max_submissions=5", "sandbox.kill_grace_s=1", *overrides])
     finally:

@@ -51,8 +51,8 @@ class Run:
             "code_repo": str(root / "code.git"), "started_at": now, "deadline": now + wall_time_s,
             "max_submissions": max_submissions}).result()
 
-    def submit(self, model_path, token=None, timeout=300):
-        return httpx.post(f"{self.grader['url']}/submit", json={"model_path": model_path}, timeout=timeout,
+    def submit(self, model_path, token=None, timeout=300, **fields):
+        return httpx.post(f"{self.grader['url']}/submit", json={"model_path": model_path, **fields}, timeout=timeout,
                           headers={"Authorization": f"Bearer {token or self.token}"})
 
     def status(self):
@@ -146,7 +146,7 @@ def test_budgets_give_409_and_closed_runs_401(grader, tmp_path):
     time.sleep(0.05)
     r = late.submit(late.copy_base())
     assert r.status_code == 409 and "time" in r.json()["error"]
-    assert grader["handle"].close_run.remote(run.token).result() == 0
+    assert grader["handle"].close_run.remote(run.token).result()["unfinished"] == 0
     assert run.submit(path).status_code == 401
     assert len(run.recorded()) == 1 and late.recorded() == []
 
@@ -210,3 +210,29 @@ def test_status_answers_while_an_evaluation_runs(grader, tmp_path):
     poller.join()
     assert r.status_code == 200 and "cached" not in r.json()["flags"] and "copy_of_base" not in r.json()["flags"]
     assert any(ev == 1 for code, ev in answered), answered  # answered while the evaluation was in flight
+
+
+def test_the_final_submission_is_scored_once_on_the_held_out_split_when_the_run_ends(grader, tmp_path):
+    """The one marked final (else the best) is kept as submitted and scored on the final split at close; no answer
+    carries a held-out score."""
+    run = Run(grader, tmp_path / "held-out")
+    paths = [run.copy_base(name) for name in ("a", "b", "c")]
+    for i, path in enumerate(paths):  # a file of its own: a new score key, so each is evaluated
+        (run.workspace / path / "note.txt").write_text(str(i))
+    assert run.submit(paths[0], final="yes").status_code == 400
+    answers = [run.submit(paths[0]).json(), run.submit(paths[1], final=True).json(), run.submit(paths[2]).json()]
+    assert not any("final" in key for answer in answers for key in answer), answers
+    assert not any("final" in key for key in run.status().json())
+    shutil.rmtree(run.workspace / paths[1])  # the agent overwrote it: the kept copy is what is scored
+    final = grader["handle"].close_run.remote(run.token).result()["final"]
+    assert final["submission_id"] == 2 and final["marked"] and final["model_path"] == paths[1], final
+    assert final["score"] == final["baseline_score"] and final["improvement"] == 0 and final["error"] is None
+    assert final["n"] == 200 and final["feedback_score"] == answers[1]["score"]
+    assert json.loads((run.records / "final.json").read_text()) == final  # durable
+    assert not (run.records / "final-candidates").exists()  # the copy goes once scored
+
+
+def test_a_run_without_a_scored_submission_keeps_the_base_models_held_out_score(grader, tmp_path):
+    run = Run(grader, tmp_path / "none")
+    final = grader["handle"].close_run.remote(run.token).result()["final"]
+    assert final["submission_id"] is None and "no_submission" in final["flags"] and final["improvement"] == 0

@@ -53,17 +53,18 @@ def numeric_score(completion: str, answer: str) -> float:
 class ReasoningGymTask(Task):
     def __init__(self, spec: TaskSpec, *, dataset: str, dataset_config: dict, train_size: int, eval_size: int,
                  train_seed: int, eval_seed: int, completion: str, eval_salt: str | None,
-                 prompt_template: str = "{question}"):
+                 prompt_template: str = "{question}", final_size: int = 0):
         """completion: "answer_cot" trains on the generator's worked solution where it has one (it ends with the
         answer), "answer" on the bare answer. prompt_template formats the generator's question into the prompt
         (the question alone unless a task's YAML says otherwise). eval_salt: null keeps a random secret in
         CACHE_DIR/grading/eval-salt (a fixed string makes the eval split the same on every machine, and public:
-        for reproductions only)."""
+        for reproductions only). final_size: questions in the held-out final split, drawn after the feedback split's
+        (which stays as it was)."""
         super().__init__(spec)
         name = spec.name
         self.dataset = dataset
         self.dataset_config = dict(dataset_config or {})
-        self.train_size, self.eval_size = int(train_size), int(eval_size)
+        self.train_size, self.eval_size, self.final_size = int(train_size), int(eval_size), int(final_size)
         self.train_seed, self.eval_seed = int(train_seed), int(eval_seed)
         self.prompt_template = prompt_template
         self.completion = completion
@@ -102,25 +103,32 @@ class ReasoningGymTask(Task):
         return rows
 
     @cached_property
-    def _eval(self) -> list[dict]:
+    def _hidden(self) -> tuple[list[dict], list[dict]]:
+        """(feedback split, final split): drawn from the secret seeds, the final questions after the feedback ones
+        (so a final split leaves the feedback split as it was), none of them in train or twice."""
         seen = {row["prompt"] for row in self._train}
-        rows = []
-        for item in self._generate(self.secret_eval_seed(), self.eval_size * EVAL_DRAWS_PER_ITEM):
-            row = self._row("eval", len(rows), item)
+        wanted, rows = self.eval_size + self.final_size, []
+        for item in self._generate(self.secret_eval_seed(), wanted * EVAL_DRAWS_PER_ITEM):
+            split, index = ("eval", len(rows)) if len(rows) < self.eval_size else ("final", len(rows) - self.eval_size)
+            row = self._row(split, index, item)
             if row["prompt"] in seen:
                 continue
             seen.add(row["prompt"])
             rows.append(row)
-            if len(rows) == self.eval_size:
-                return rows
-        raise ValueError(f"task {self.name}: {self.dataset} with {self.dataset_config} yields only {len(rows)} eval "
-                         f"questions that are not in train; ask for fewer than {self.eval_size} or widen the config")
+            if len(rows) == wanted:
+                return rows[:self.eval_size], rows[self.eval_size:]
+        raise ValueError(f"task {self.name}: {self.dataset} with {self.dataset_config} yields only {len(rows)} hidden "
+                         f"questions that are not in train; ask for fewer than {wanted} (eval_size + final_size) or "
+                         "widen the config")
 
     def train_rows(self) -> list[dict]:
         return [dict(row) for row in self._train]
 
     def eval_rows(self) -> list[dict]:
-        return [dict(row) for row in self._eval]
+        return [dict(row) for row in self._hidden[0]]
+
+    def final_rows(self) -> list[dict]:
+        return [dict(row) for row in self._hidden[1]]
 
     def score(self, completion: str, row: dict) -> float:
         return numeric_score(completion, row["answer"])
@@ -128,6 +136,7 @@ class ReasoningGymTask(Task):
     def instructions(self) -> str:
         example = self._train[0]
         budget = f"at most {self.grader.max_new_tokens} new tokens"
+        final = f"; a held-out final split has {self.final_size} more" if self.final_size else ""
         return f"""{self.description.strip() or f"Questions from the reasoning-gym generator `{self.dataset}`."}
 
 ## Data
@@ -145,7 +154,7 @@ Example:
 {json.dumps(example, ensure_ascii=False)}
 ```
 
-The hidden eval split has {self.eval_size} different questions from the same generator.
+The hidden eval split has {self.eval_size} different questions from the same generator{final}.
 
 ## How the grader asks and scores
 
