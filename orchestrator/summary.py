@@ -1,4 +1,5 @@
-"""The table printed at the end of a sweep: per task x agent x driver, the improvement over the base model."""
+"""The table printed at the end of a sweep: per task x agent x driver, the improvement over the base model: on the
+held-out final split first (where the task has one), then the best feedback score (the original benchmark's)."""
 from __future__ import annotations
 
 import sys
@@ -34,7 +35,11 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
             flags.append(f"copy_of_base x{n_copy}")
         if len(scored) < len(rows):
             flags.append(f"{len(rows) - len(scored)} without a valid submission")
+        held = [r for r in rows if r.get("final_improvement") is not None]
+        held_mean, held_se = mean_se([r["final_improvement"] for r in held]) if held else (None, None)
+        gap = mean_se([(r["improvement"] or 0.0) - r["final_improvement"] for r in held])[0] if held else None
         out.append({"task": task, "agent": agent, "driver": driver, "cells": len(rows), "statuses": statuses,
+                    "held_out_mean": held_mean, "held_out_se": held_se, "n_held_out": len(held), "gap_mean": gap,
                     "baseline": baselines[0] if baselines else None,
                     "best_mean": sum(bests) / len(bests) if bests else None,
                     "improvement_mean": mean, "improvement_se": se, "n_scored": len(scored), "flags": flags})
@@ -52,15 +57,18 @@ def print_summary(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> list[d
     # name columns grow with long names, so they never run together
     w = {k: max([least, *(len(r[k]) + 2 for r in rows)]) for k, least in (("task", 16), ("agent", 12), ("driver", 12))}
     header = (f"{'task':<{w['task']}}{'agent':<{w['agent']}}{'driver':<{w['driver']}}{'cells':>6}  {'baseline':>8}  "
-              f"{'best':>7}  {'improvement (mean ± SEM)':<26}flags")
+              f"{'held-out (mean ± SEM)':<26}{'best':>7}  {'improvement (mean ± SEM)':<26}{'gap':>7}  flags")
     print("\n" + header, file=out)
     print("-" * len(header), file=out)
     for r in rows:
         imp = "-" if r["improvement_mean"] is None else \
             f"{_f(r['improvement_mean'], True)} ± {_f(r['improvement_se'])} (n={r['n_scored']})"
+        held = "-" if r["held_out_mean"] is None else \
+            f"{_f(r['held_out_mean'], True)} ± {_f(r['held_out_se'])} (n={r['n_held_out']})"
         status = ", ".join(f"{n} {s}" for s, n in sorted(r["statuses"].items()))
         flags = "; ".join(r["flags"] + [status])
         print(f"{r['task']:<{w['task']}}{r['agent']:<{w['agent']}}{r['driver']:<{w['driver']}}{r['cells']:>6}  "
-              f"{_f(r['baseline']):>8}  {_f(r['best_mean']):>7}  {imp:<26}{flags}", file=out)
+              f"{_f(r['baseline']):>8}  {held:<26}{_f(r['best_mean']):>7}  {imp:<26}{_f(r['gap_mean'], True):>7}  "
+              f"{flags}", file=out)
     return rows
 

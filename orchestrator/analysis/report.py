@@ -92,6 +92,12 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
     lost = (improvement["infra_errors"] == "exclude") & (improvement["n"] == 0)
     improvement.loc[lost, "note"] = "all runs lost to infra errors"
 
+    held = tables.held_out(cells)
+    held_out = stats.group_summary(held, GROUP, "final", n_boot=n_boot, seed=seed).merge(
+        stats.group_summary(held, GROUP, "gap", n_boot=n_boot, seed=seed).drop(columns=["n", "note"]),
+        on=GROUP, suffixes=("", "_gap")).merge(held.groupby(GROUP)["feedback"].mean().rename("feedback_mean")
+                                              .reset_index(), on=GROUP, how="left")
+
     done = cells[cells["status"].isin(tables.FINISHED_STATUSES)]
     failure_classes = (done.groupby(["agent", "driver", "outcome_class"]).size().rename("n").reset_index()
                        if len(done) else pd.DataFrame(columns=["agent", "driver", "outcome_class", "n"]))
@@ -103,6 +109,7 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
         "progress": tables.progress(cells),
         "curves": curve_frames,
         "tables": {
+            "held_out": held_out,
             "improvement": improvement,
             "pooled": pd.concat(pooled, ignore_index=True),
             "best_of_k": pd.concat(best_of_k, ignore_index=True),
@@ -170,9 +177,24 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
         "submission counts 0 (the base model stands). Only a cell's final attempt counts. Infra errors are the "
         "system's fault: results are given counting them as failures (0) and excluding them.",
         "",
-        "## Improvement over baseline (per task x agent x driver x training mode, over seeds)",
+        "## Held-out final score (per task x agent x driver x training mode, over seeds)",
         "",
     ]
+    held = t["held_out"]
+    if len(held):
+        rows = [list(r[:len(GROUP)]) + [r.n, fmt(r.mean, signed=True), fmt(r.se), _ci(r.ci_lo, r.ci_hi),
+                                        fmt(r.feedback_mean, signed=True), fmt(r.mean_gap, signed=True),
+                                        fmt(r.se_gap), _ci(r.ci_lo_gap, r.ci_hi_gap)] for r in held.itertuples()]
+        lines += [md_table(GROUP + ["runs", "held-out", "SE", "95% CI", "best feedback", "optimism gap", "gap SE",
+                                    "gap 95% CI"], rows), "",
+                  "Each run's final submission (the one it marked final, else its best) scored once, when the run "
+                  "ended, on a held-out split it never got a score from: its improvement over the base model on that "
+                  "split. The optimism gap is the best feedback improvement (what the original benchmark reports) "
+                  "minus the held-out one, per run. Runs of tasks without a final split are not in this table.", ""]
+    else:
+        lines += ["No finished cell has a held-out score (its task has no final split, or none finished).", ""]
+    lines += ["## Improvement over baseline: the best feedback score (per task x agent x driver x training mode, "
+              "over seeds)", ""]
     imp = t["improvement"]
     if len(imp):
         fail = imp[imp["infra_errors"] == "failure"].set_index(GROUP)

@@ -28,7 +28,8 @@ FILTER_KEYS = ("task", "agent", "driver", "sweep", "seed", "mode")
 INFRA_POLICIES = ("failure", "exclude")
 
 CELL_COLUMNS = ["cell_id", "sweep", "agent", "driver", "task", "seed", "status", "attempts", "baseline_score",
-                "best_score", "improvement", "n_submissions", "limit_hit", "started_at", "ended_at", "error", "spec"]
+                "best_score", "improvement", "n_submissions", "limit_hit", "started_at", "ended_at", "error", "spec",
+                "final_score", "final_baseline_score", "final_improvement"]
 BUDGET_KEYS = ("wall_time_s", "max_submissions", "max_tokens", "max_cost_usd", "cpus", "gpus")
 SUBMISSION_KEYS = ("submission_id", "score", "baseline_score", "improvement", "best", "error", "elapsed_s",
                    "code_commit")
@@ -95,8 +96,9 @@ def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
     for key in BUDGET_KEYS:
         out[f"budget_{key}"] = pd.array([b.get(key) for b in budgets], dtype="Float64").astype(float)
     out["seed"] = out["seed"].astype(int)
-    for col in ("baseline_score", "best_score", "improvement", "started_at", "ended_at"):
-        out[col] = out[col].astype(float)
+    for col in ("baseline_score", "best_score", "improvement", "started_at", "ended_at", "final_score",
+                "final_baseline_score", "final_improvement"):
+        out[col] = out[col].astype(float) if col in out else float("nan")  # (a ledger from before held-out scores)
     return out.reset_index(drop=True)
 
 
@@ -153,6 +155,17 @@ def results(cells: pd.DataFrame, infra_errors: str = "failure") -> pd.DataFrame:
     done["value"] = np.where(infra, 0.0, done["improvement"].fillna(0.0).astype(float))
     if infra_errors == "exclude":
         done = done[~infra]
+    return done.reset_index(drop=True)
+
+
+def held_out(cells: pd.DataFrame) -> pd.DataFrame:
+    """Finished cells with a held-out score: `final` is the held-out improvement of the final submission,
+    `feedback` the best feedback improvement (0 without a valid submission: the base model stands), `gap` their
+    difference: how optimistic the best feedback score is (what the original benchmark reports)."""
+    done = cells[cells["status"].isin(FINISHED_STATUSES) & cells["final_improvement"].notna()].copy()
+    done["final"] = done["final_improvement"].astype(float)
+    done["feedback"] = done["improvement"].fillna(0.0).astype(float)
+    done["gap"] = done["feedback"] - done["final"]
     return done.reset_index(drop=True)
 
 
