@@ -135,6 +135,7 @@ def task_identity(task: dict) -> dict:
     if "cls" in out:
         out["cls"] = TASK_CLASS_IDENTITY.get(out["cls"], out["cls"])
     out["grader"] = {k: v for k, v in (task.get("grader") or {}).items() if k not in GRADER_RUNTIME_KEYS}
+    out.pop("contamination", None)  # how the grader checks what agents wrote, not what the task is
     return out
 
 

@@ -70,6 +70,11 @@ class Task:
         """In [0, 1]."""
         raise NotImplementedError
 
+    def hidden_texts(self, rows: list[dict]) -> list[tuple[str, str]]:
+        """(id, text) of hidden rows, looked for in what agents write (evaluators.contamination): their prompts.
+        An interactive task's rows are instances of its environment, not texts: none."""
+        return [(row["id"], row["prompt"]) for row in rows if row.get("prompt")]
+
     def missing_data(self) -> list[str]:
         """What this task needs that is not on this machine (data files, a dataset not in the local cache), one
         line each, checked cheaply for a dry run; [] when nothing is missing or the task needs no data."""

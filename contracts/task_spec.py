@@ -21,7 +21,7 @@ from contracts.specs import ConfigError, task_identity
 DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "conf" / "task_defaults.yaml"
 
 # Keys of a task config that are not the class's own knobs.
-SPEC_KEYS = ("name", "cls", "base_model", "level", "description", "grader", "rollout")
+SPEC_KEYS = ("name", "cls", "base_model", "level", "description", "grader", "rollout", "contamination")
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,21 @@ class RolloutSettings:
     router_cpus: float
 
 
+@dataclass(frozen=True)
+class ContaminationSettings:
+    ngram: int                      # words per n-gram; an item shorter than that must occur whole
+    threshold: float                # share of an item's n-grams found in one file that flags it
+    max_file_mb: float              # larger files are not read (weights and archives are skipped anyway)
+    near_copy_tol: float            # a model within this relative L2 distance of the base's is a copy of it
+
+
 # key -> (type, least value); None: the setting may be null
 _RULES: dict[str, tuple[type, float | None]] = {
     "backend": (str, None), "device": (str, None), "batch_size": (int, 1), "max_new_tokens": (int, 1),
     "num_cpus": (float, 0), "num_gpus": (float, 0), "threads": (int, 1), "num_replicas": (int, 1),
     "max_concurrent": (int, 1), "infra_retries": (int, 0), "num_hosts": (int, 1),
     "max_sessions_per_run": (int, 1), "idle_timeout_s": (float, 0), "host_cpus": (float, 0), "router_cpus": (float, 0),
+    "ngram": (int, 1), "threshold": (float, 0), "max_file_mb": (float, 0), "near_copy_tol": (float, 0),
 }
 _NULLABLE = {"threads"}
 
@@ -102,6 +111,7 @@ class TaskSpec:
     description: str
     grader: GraderSettings
     rollout: RolloutSettings
+    contamination: ContaminationSettings
     params: dict                    # the class's own knobs
     config: dict                    # the YAML as written
 
@@ -125,6 +135,8 @@ class TaskSpec:
                    description=description,
                    grader=_settings(GraderSettings, "grader", config.get("grader"), where),
                    rollout=_settings(RolloutSettings, "rollout", config.get("rollout"), where),
+                   contamination=_settings(ContaminationSettings, "contamination", config.get("contamination"),
+                                           where),
                    params={k: v for k, v in config.items() if k not in SPEC_KEYS}, config=config)
 
     @property

@@ -31,6 +31,7 @@ from ray import serve
 from contracts.refusals import STATUS, Refusal
 from contracts.runs import counted, run_token
 from contracts.task_spec import TaskSpec
+from evaluators.contamination import HiddenItems, relative_distance
 from evaluators.judging.client import JudgeUnavailable
 from evaluators.score_cache import ScoreCache, score_key, split_key
 from evaluators.submissions import resolve_model_path
@@ -115,9 +116,13 @@ class Evaluator:
         self.judge_calls = Path(cache_dir) / "grading" / spec.name / "judge-calls-baseline.jsonl"
         self.baseline_lock = asyncio.Lock()
         self.baseline: dict[str, float | None] = {"eval": None, "final": None}
+        # what the grader looks for in what agents write: the hidden items of both splits
+        self.hidden = HiddenItems(self.task.hidden_texts(self.rows["eval"] + self.rows["final"]), spec.contamination)
+        self.near_copy_tol = spec.contamination.near_copy_tol
         base = self.backend.load(self.base_dir)
         try:
             self.base_digest = self.backend.weights_digest(base)
+            self.base_weights = self.backend.weights(base)  # kept (on the CPU) to tell a near copy of them
             if not self.judge_driver:  # with a judge the proxy must answer: scored on the first run's registration
                 for split in self._splits():
                     self.baseline[split] = self._score(base, self._base_key(), split=split)["score"]  # cached
@@ -141,10 +146,11 @@ class Evaluator:
         return self.info()
 
     async def evaluate(self, model_dir: str, cell_id: str, records_dir: str, split: str = "eval",
-                       digest: str | None = None) -> dict:
+                       digest: str | None = None, workspace: str | None = None) -> dict:
         """Score one submission on a split: {"refusal": Refusal} when it does not load, else its digest, score,
         eval_s, metrics, flags, error, judge_usage and whether it is refunded (its judge was down). digest: the
-        weights it must have (a kept copy scored on the final split: anything else is an error, not a score)."""
+        weights it must have (a kept copy scored on the final split: anything else is an error, not a score).
+        workspace: also look for the hidden items in it (`contamination`: where they were found)."""
         try:
             loaded = await asyncio.to_thread(self._load, Path(model_dir))
         except Refusal as e:
@@ -156,8 +162,11 @@ class Evaluator:
             if digest is not None and out["digest"] != digest:
                 raise ValueError(f"its weights changed since they were scored (digest {out['digest'][:12]}, "
                                  f"expected {digest[:12]})")
-            if out["digest"] == self.base_digest:
+            if out["digest"] == self.base_digest or await asyncio.to_thread(self._near_copy, loaded):
                 out["flags"].append("copy_of_base")
+            if workspace is not None and (found := await asyncio.to_thread(self.hidden.scan, Path(workspace))):
+                out["flags"].append("contamination")
+                out["contamination"] = found
             key = await asyncio.to_thread(score_key, Path(model_dir), out["digest"])
             result, out["judge_usage"] = await self._judged(loaded, key, cell_id, Path(records_dir) / JUDGE_CALLS,
                                                             split)
@@ -175,6 +184,17 @@ class Evaluator:
         finally:
             await asyncio.to_thread(self.backend.unload, loaded)
         return out
+
+    def scan(self, workspace: str) -> list[dict]:
+        """Where the hidden items are in the workspace (evaluators.contamination)."""
+        return self.hidden.scan(Path(workspace))
+
+    def _near_copy(self, loaded) -> bool:
+        """Every weight within a tiny distance of the base model's: a copy of it, though not a byte-exact one."""
+        if self.base_weights is None:
+            return False
+        weights = self.backend.weights(loaded)
+        return weights is not None and relative_distance(weights, self.base_weights) <= self.near_copy_tol
 
     def _load(self, model_dir: Path):
         from evaluators.backends.base import ModelLoadError
@@ -267,7 +287,17 @@ class Grader:
         recorded as an infrastructure error, refunded), then score the run's final submission on the held-out
         split. Returns {"unfinished": how many were given up, "final": the held-out record or None}."""
         unfinished = await self._drain(token, timeout_s)
-        return {"unfinished": unfinished, "final": await self._score_final(token)}
+        return {"unfinished": unfinished, "final": await self._score_final(token),
+                "contamination": await self._scan_at_end(token)}
+
+    async def _scan_at_end(self, token: str) -> list[dict] | None:
+        """The hidden items in the workspace as the agent left it (None: the scan could not be made)."""
+        run = await self.registry.peek.remote(token)
+        try:
+            return await self.evaluator.scan.remote(run["workspace"])
+        except Exception as e:  # noqa: BLE001 - the run's results stand; the missing scan is said in its outcome
+            log.warning("contamination scan of %s failed: %s", run["cell_id"], e)
+            return None
 
     async def _drain(self, token: str, timeout_s: float) -> int:
         inflight = await self.registry.close.remote(token)
@@ -354,7 +384,7 @@ class Grader:
         except Exception as e:  # a broken snapshot must not cost the agent its submission
             log.warning("code snapshot failed for %s: %s", run["cell_id"], e)
         result = await self._evaluate(f"evaluation {submission_id} of {run['cell_id']}", str(model_dir),
-                                      run["cell_id"], run["records_dir"])
+                                      run["cell_id"], run["records_dir"], "eval", None, run["workspace"])
         if "refusal" in result:
             await self.registry.cancel.remote(token, submission_id)
             return refused(result["refusal"])
@@ -372,7 +402,10 @@ class Grader:
             return JSONResponse(status_code=STATUS["infra_error"], content={**record, "code": "infra_error"})
         if record["score"] is not None and self.base and self.base["n_final"]:
             await self._keep_final_candidate(token, after, record, model_dir, final)
-        return record
+        # What the contamination check found stays in the records: told to the agent, it would say which of the
+        # texts it planted are hidden items (an oracle for the eval split).
+        return {**{k: v for k, v in record.items() if k != "contamination"},
+                "flags": [f for f in record["flags"] if f != "contamination"]}
 
     async def _evaluate(self, what: str, *args) -> dict:
         """Evaluator.evaluate(*args), asked again of a live replica when its process dies (infra_retries times)."""
@@ -463,6 +496,8 @@ class Grader:
             record["judge_usage"] = result["judge_usage"]  # tokens and cost of the evaluation's judge (None: none)
         if result["refunded"]:
             record["refunded"] = True
+        if result.get("contamination"):
+            record["contamination"] = result["contamination"]  # never in the agent's answer: it would name items
         append_jsonl(Path(run["records_dir"]) / SUBMISSIONS, record)  # durable before the answer
         return record
 

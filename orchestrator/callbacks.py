@@ -62,7 +62,7 @@ class LedgerCallback(tune.Callback):
         outcome = report.outcome
         if outcome is not None:
             self.ledger.finish(cell_id, outcome.status, outcome.ended_at, outcome.error, outcome.limit_hit,
-                               outcome.details.get("final"))
+                               outcome.details)
             limit = f" ({outcome.limit_hit})" if outcome.limit_hit else ""
             self.progress(f"finished {label(cell_of(trial))}: {outcome.status}{limit}")
             self.write_report(cell_id)

@@ -102,6 +102,7 @@ class Records:
     session: AgentSession | None
     best: float | None = None
     submissions: int = 0
+    contaminated: int = 0           # submissions whose workspace held hidden eval items
     driver_calls: int = 0
     trace_lines: int = 0
     _tails: dict = field(default_factory=dict)
@@ -119,6 +120,7 @@ class Records:
             self.trace_lines += 1
         for rec in self._tails[SUBMISSIONS].read_new():
             self.submissions += not rec.get("refunded")  # a judge outage's submission does not count
+            self.contaminated += "contamination" in (rec.get("flags") or [])
             if rec.get("score") is not None:
                 self.best = rec["score"] if self.best is None else max(self.best, rec["score"])
             events.append(submission_event(cell_id, n, t0, rec))
@@ -250,6 +252,7 @@ def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, op
                         2 * opts["eval_timeout_s"] + opts["service_timeout_s"],
                         f"the grader of {cell_id} (closing the run)")
         left["evaluations_unfinished"], left["final"] = closed["unfinished"], closed["final"]
+        left["contamination"] = closed["contamination"]
     except Exception as e:  # the outcome must still be recorded: the agent's result is not lost with the grader
         print(f"[a2rl] {e}", file=sys.stderr)
         left["evaluations_unfinished"] = None
@@ -296,6 +299,9 @@ def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_cod
                        **({"resource_limit": resource} if resource else {}),
                        **({"grader_error": left["grader_error"]} if left.get("grader_error") else {}),
                        **({"final": left["final"]} if left.get("final") else {}),
+                       # hidden eval items in what the agent wrote: at a submission, or in what it left at the end
+                       "contaminated": bool(records.contaminated or left.get("contamination")),
+                       "contamination": left.get("contamination"),
                        **(session.summary() if session is not None else {}),
                        **({"env_usage": env_usage} if env_usage is not None else {})})
 

@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS cells (
     attempts INTEGER NOT NULL DEFAULT 0,
     baseline_score REAL, best_score REAL, improvement REAL,
     n_submissions INTEGER NOT NULL DEFAULT 0,
-    final_score REAL, final_baseline_score REAL, final_improvement REAL,
+    final_score REAL, final_baseline_score REAL, final_improvement REAL, contaminated INTEGER,
     limit_hit TEXT,
     started_at REAL, ended_at REAL,
     error TEXT
@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_by_cell ON events(cell_id, attempt, t);
 """
 # Columns added since the first ledgers were written: an older ledger gets them when it is opened.
-ADDED_COLUMNS = {"final_score": "REAL", "final_baseline_score": "REAL", "final_improvement": "REAL"}
+ADDED_COLUMNS = {"final_score": "REAL", "final_baseline_score": "REAL", "final_improvement": "REAL",
+                 "contaminated": "INTEGER"}
 
 
 class Ledger:
@@ -124,15 +125,18 @@ class Ledger:
                        "n_submissions=? WHERE cell_id=?", (baseline, best, improvement, n_submissions, cell_id))
 
     def finish(self, cell_id: str, status: str, ended_at: float, error: str | None = None,
-               limit_hit: str | None = None, final: dict | None = None) -> None:
-        """final: the held-out record of the cell's final submission (the grader's final.json), when it has one."""
+               limit_hit: str | None = None, details: dict | None = None) -> None:
+        """details: the outcome's (the held-out record of the final submission, whether hidden eval items were
+        found in what the agent wrote)."""
         assert status in FINISHED + ERRORED, status
-        final = final or {}
+        details = details or {}
+        final = details.get("final") or {}
+        contaminated = None if "contaminated" not in details else int(bool(details["contaminated"]))
         with self.transaction() as db:
             db.execute("UPDATE cells SET status=?, ended_at=?, error=?, limit_hit=?, final_score=?, "
-                       "final_baseline_score=?, final_improvement=? WHERE cell_id=?",
+                       "final_baseline_score=?, final_improvement=?, contaminated=? WHERE cell_id=?",
                        (status, ended_at, error, limit_hit, final.get("score"), final.get("baseline_score"),
-                        final.get("improvement"), cell_id))
+                        final.get("improvement"), contaminated, cell_id))
 
     # -- events --------------------------------------------------------------------------------------------------
     def add_events(self, cell_id: str, attempt: int, events: list[dict]) -> int:

@@ -87,7 +87,7 @@ def reconcile(ledger: Ledger, layout: Layout) -> dict:
                 ledger.update_scores(cell_id, baseline, best, n)
                 ledger.mark_running(cell_id, last, outcome["started_at"])
                 ledger.finish(cell_id, outcome["status"], outcome["ended_at"], outcome.get("error"),
-                              outcome.get("limit_hit"), outcome.get("final"))
+                              outcome.get("limit_hit"), outcome)
                 stats["adopted"] += 1
             elif row["status"] == RUNNING:
                 ledger.set_pending([cell_id])

@@ -33,6 +33,9 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
         n_copy = sum(copies.get(r["cell_id"], 0) for r in rows)
         if n_copy:
             flags.append(f"copy_of_base x{n_copy}")
+        n_flagged = sum(1 for r in rows if r.get("contaminated"))
+        if n_flagged:
+            flags.append(f"contaminated x{n_flagged}")
         if len(scored) < len(rows):
             flags.append(f"{len(rows) - len(scored)} without a valid submission")
         held = [r for r in rows if r.get("final_improvement") is not None]

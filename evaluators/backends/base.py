@@ -34,5 +34,10 @@ class EvaluatorBackend(ABC):
     def weights_digest(self, loaded: Any) -> str:
         """sha256 over the weights by parameter name, independent of file layout (sharding, format)."""
 
+    def weights(self, loaded: Any) -> dict | None:
+        """The weights by parameter name as CPU tensors (for the near-copy check), or None where the backend cannot
+        give them (the check is then skipped)."""
+        return None
+
     def unload(self, loaded: Any) -> None:
         """Free what load took (GPU memory above all)."""

@@ -124,6 +124,9 @@ class TransformersBackend(EvaluatorBackend):
             h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
         return h.hexdigest()
 
+    def weights(self, loaded: LoadedModel) -> dict:
+        return {name: t.detach().to("cpu") for name, t in loaded.model.state_dict().items()}
+
     def unload(self, loaded: LoadedModel) -> None:
         import torch
 

@@ -161,6 +161,31 @@ def _wide_per_k(frame: pd.DataFrame, value: str) -> tuple[list[str], list[list]]
     return GROUP + ["n"] + [f"k={k}" for k in ks], rows
 
 
+def _contamination_section(cells: pd.DataFrame) -> list[str]:
+    """Flagged cells (hidden eval items in what the agent wrote) per group, and the results with and without them."""
+    done = cells[cells["status"].isin(tables.FINISHED_STATUSES)]
+    checked = done[done["contaminated"].notna()]
+    lines = ["## Contamination", ""]
+    if not len(checked):
+        return lines + ["No finished cell was checked.", ""]
+    flagged = checked[checked["contaminated"] == 1]
+    if not len(flagged):
+        return lines + [f"No cell flagged: no hidden eval item was found in what any of the {len(checked)} checked "
+                        "runs wrote (n-gram overlap; the task's `contamination` settings).", ""]
+    rows = []
+    for key, g in checked.groupby(GROUP, sort=True):
+        clean = g[g["contaminated"] != 1]
+        rows.append(list(key) + [len(g), int((g["contaminated"] == 1).sum()),
+                                 fmt(g["final_improvement"].mean(), signed=True),
+                                 fmt(clean["final_improvement"].mean(), signed=True),
+                                 fmt(g["improvement"].fillna(0.0).mean(), signed=True),
+                                 fmt(clean["improvement"].fillna(0.0).mean(), signed=True)])
+    return lines + [md_table(GROUP + ["runs", "flagged", "held-out", "held-out (unflagged)", "best feedback",
+                                      "best feedback (unflagged)"], rows), "",
+                    f"{len(flagged)} of {len(checked)} runs flagged: hidden eval items were found in what they wrote "
+                    "(each cell's outcome names the file, item and overlap).", ""]
+
+
 def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure_paths: list[Path],
                     success_threshold: float) -> str:
     t, p = out["tables"], out["progress"]
@@ -184,7 +209,7 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
     if len(held):
         rows = [list(r[:len(GROUP)]) + [r.n, fmt(r.mean, signed=True), fmt(r.se), _ci(r.ci_lo, r.ci_hi),
                                         fmt(r.feedback_mean, signed=True), fmt(r.mean_gap, signed=True),
-                                        fmt(r.se_gap), _ci(r.ci_lo_gap, r.ci_hi_gap)] for r in held.itertuples()]
+                                        fmt(r.se_gap), _ci(r.ci_lo_gap, r.ci_hi_gap)] for r in held.itertuples(index=False)]
         lines += [md_table(GROUP + ["runs", "held-out", "SE", "95% CI", "best feedback", "optimism gap", "gap SE",
                                     "gap 95% CI"], rows), "",
                   "Each run's final submission (the one it marked final, else its best) scored once, when the run "
@@ -193,6 +218,7 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
                   "minus the held-out one, per run. Runs of tasks without a final split are not in this table.", ""]
     else:
         lines += ["No finished cell has a held-out score (its task has no final split, or none finished).", ""]
+    lines += _contamination_section(cells)
     lines += ["## Improvement over baseline: the best feedback score (per task x agent x driver x training mode, "
               "over seeds)", ""]
     imp = t["improvement"]

@@ -29,7 +29,7 @@ INFRA_POLICIES = ("failure", "exclude")
 
 CELL_COLUMNS = ["cell_id", "sweep", "agent", "driver", "task", "seed", "status", "attempts", "baseline_score",
                 "best_score", "improvement", "n_submissions", "limit_hit", "started_at", "ended_at", "error", "spec",
-                "final_score", "final_baseline_score", "final_improvement"]
+                "final_score", "final_baseline_score", "final_improvement", "contaminated"]
 BUDGET_KEYS = ("wall_time_s", "max_submissions", "max_tokens", "max_cost_usd", "cpus", "gpus")
 SUBMISSION_KEYS = ("submission_id", "score", "baseline_score", "improvement", "best", "error", "elapsed_s",
                    "code_commit")
@@ -97,7 +97,7 @@ def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
         out[f"budget_{key}"] = pd.array([b.get(key) for b in budgets], dtype="Float64").astype(float)
     out["seed"] = out["seed"].astype(int)
     for col in ("baseline_score", "best_score", "improvement", "started_at", "ended_at", "final_score",
-                "final_baseline_score", "final_improvement"):
+                "final_baseline_score", "final_improvement", "contaminated"):
         out[col] = out[col].astype(float) if col in out else float("nan")  # (a ledger from before held-out scores)
     return out.reset_index(drop=True)
 
