@@ -209,7 +209,8 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
     if len(held):
         rows = [list(r[:len(GROUP)]) + [r.n, fmt(r.mean, signed=True), fmt(r.se), _ci(r.ci_lo, r.ci_hi),
                                         fmt(r.feedback_mean, signed=True), fmt(r.mean_gap, signed=True),
-                                        fmt(r.se_gap), _ci(r.ci_lo_gap, r.ci_hi_gap)] for r in held.itertuples(index=False)]
+                                        fmt(r.se_gap), _ci(r.ci_lo_gap, r.ci_hi_gap)]
+                for r in held.itertuples(index=False)]
         lines += [md_table(GROUP + ["runs", "held-out", "SE", "95% CI", "best feedback", "optimism gap", "gap SE",
                                     "gap 95% CI"], rows), "",
                   "Each run's final submission (the one it marked final, else its best) scored once, when the run "
