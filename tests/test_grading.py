@@ -236,3 +236,21 @@ def test_a_run_without_a_scored_submission_keeps_the_base_models_held_out_score(
     run = Run(grader, tmp_path / "none")
     final = grader["handle"].close_run.remote(run.token).result()["final"]
     assert final["submission_id"] is None and "no_submission" in final["flags"] and final["improvement"] == 0
+
+
+def test_a_near_copy_of_the_base_model_is_flagged_like_an_exact_one(grader, tmp_path):
+    """One weight moved by 1e-6: a different digest, but within contamination.near_copy_tol of the base."""
+    from safetensors.torch import load_file, save_file
+
+    run = Run(grader, tmp_path / "nudged")
+    exact = run.submit(run.copy_base("exact")).json()
+    path = run.copy_base("nudged")
+    weights_file = next((run.workspace / path).glob("*.safetensors"))
+    weights = load_file(weights_file)
+    name = next(iter(weights))
+    weights[name] = weights[name].clone()
+    weights[name].view(-1)[0] += 1e-6
+    save_file(weights, weights_file, metadata={"format": "pt"})
+    answer = run.submit(path).json()
+    assert "copy_of_base" in exact["flags"] and "copy_of_base" in answer["flags"], answer
+    assert answer["digest"] != exact["digest"]  # not byte-exact: the distance told it
