@@ -111,6 +111,14 @@ class RunRegistry:
             run["best"] = score if run["best"] is None else max(run["best"], score)
         return run["best"]
 
+    def extend(self, token: str, deadline: float) -> None:
+        """Move the run's deadline (working time: its waits on the driver's rate limits do not count)."""
+        if token in self.runs and self.runs[token]["deadline"] != deadline:
+            self._change("extend", token, deadline)
+
+    def _extend(self, token: str, deadline: float) -> None:
+        self.runs[token]["deadline"] = deadline
+
     def set_final(self, token: str, candidate: dict) -> None:
         """The submission the run's held-out final score will be taken on (its kept copy, its feedback score)."""
         self._change("set_final", token, candidate)

@@ -25,6 +25,9 @@ class Budget:
     cpus: float = 1
     gpus: float = 0
     memory_gb: float | None = None
+    # True: the wall-time budget counts working time only: what the agent's driver calls spent waiting on the
+    # provider's rate limits (the proxy's backoff after a 429/5xx) moves its deadline back (Inspect's working limit)
+    working_time: bool = False
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "budget") -> "Budget":
@@ -43,6 +46,8 @@ class Budget:
             value = d.get(key, 0)
             if not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"{where}.{key}={value!r} must be a number >= 0")
+        if not isinstance(d.get("working_time", False), bool):
+            raise ConfigError(f"{where}.working_time={d['working_time']!r} must be true or false")
         if d.get("cpus", 1) == 0:
             raise ConfigError(f"{where}.cpus=0: a cell needs some CPU to run its agent; use e.g. 0.5")
         return cls(**d)
@@ -149,6 +154,8 @@ def _identity(spec: CellSpec) -> dict:
     for key in _LATER_AGENT_FIELDS:
         if d["agent"].get(key) is None:
             d["agent"].pop(key, None)
+    if not d["budget"].get("working_time"):  # added later: cells without it keep their ids
+        d["budget"].pop("working_time", None)
     return d
 
 

@@ -282,6 +282,9 @@ class Grader:
         await self.registry.register.remote(token, run)
         return base
 
+    async def extend_run(self, token: str, deadline: float) -> None:
+        await self.registry.extend.remote(token, deadline)
+
     async def close_run(self, token: str, timeout_s: float = 1800) -> dict:
         """Refuse new submissions, wait at most timeout_s for those being evaluated, then give the rest up (each is
         recorded as an infrastructure error, refunded), then score the run's final submission on the held-out

@@ -104,6 +104,7 @@ class Records:
     submissions: int = 0
     contaminated: int = 0           # submissions whose workspace held hidden eval items
     driver_calls: int = 0
+    waited_s: float = 0.0           # what the driver calls spent waiting on the provider's rate limits
     trace_lines: int = 0
     _tails: dict = field(default_factory=dict)
 
@@ -127,6 +128,7 @@ class Records:
         for rec in self._tails[DRIVER_CALLS].read_new():
             events.append(driver_event(cell_id, n, t0, rec, self.driver_calls))
             self.driver_calls += 1
+            self.waited_s += float(rec.get("wait_s") or 0.0)
         return events
 
 
@@ -141,6 +143,10 @@ class RunningAgent:
     process: sandbox.AgentProcess
     started: float
     grader: Any                     # the task's grading deployment handle
+    budget_deadline: float = 0.0    # the deadline the wall-time budget set (deadline moves with working time)
+
+    def __post_init__(self) -> None:
+        self.budget_deadline = self.budget_deadline or self.deadline
 
 
 def start_attempt(cell: CellSpec, layout: Layout) -> Attempt:
@@ -224,6 +230,9 @@ def watch(attempt: Attempt, agent: RunningAgent, records: Records) -> tuple[int 
         exit_code = agent.process.poll()
         if exit_code is not None:
             return exit_code, None, None
+        if budget.working_time and agent.budget_deadline + records.waited_s > agent.deadline:
+            agent.deadline = agent.budget_deadline + records.waited_s  # the rate limits' waits do not count
+            answer(agent.grader.extend_run.remote(agent.token, agent.deadline), 60, "the grader (moving the deadline)")
         if time.time() >= agent.deadline:
             return None, "wall_time", None
         if resource := agent.process.limit_hit():
@@ -296,6 +305,8 @@ def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_cod
                        "workspace": str(agent.workspace), "evaluations_unfinished": left["evaluations_unfinished"],
                        # the cell's own overhead: before the agent ran, and after it stopped (kill, waiting on grading)
                        "setup_s": agent.started - attempt.started, "teardown_s": ended - agent_ended,
+                       # working vs waiting on the driver's rate limits (working_time: only the first counts)
+                       "waiting_s": records.waited_s, "working_s": agent_ended - agent.started - records.waited_s,
                        **({"resource_limit": resource} if resource else {}),
                        **({"grader_error": left["grader_error"]} if left.get("grader_error") else {}),
                        **({"final": left["final"]} if left.get("final") else {}),

@@ -382,6 +382,39 @@ def test_a_missing_cli_is_an_infra_error_naming_its_install_command(sweep_runner
     assert fake.calls == 1
 
 
+WAIT_THEN_OUTLIVE = r'''
+curl -s -o /dev/null "$A2RL_DRIVER_BASE_URL/v1/messages" -H "x-api-key: $A2RL_DRIVER_KEY" \
+     -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' \
+     -d '{"model": "any", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}'
+deadline=$(python -c 'import json; print(json.load(open("run.json"))["deadline"])')
+python -c "import time; time.sleep(max(0.0, $deadline + 1 - time.time()))"  # past the deadline the budget set
+curl -s "$GRADING_SERVER_URL/status" -H "Authorization: Bearer $A2RL_RUN_TOKEN" > code/status.json
+'''
+
+
+def test_working_time_moves_the_deadline_by_the_rate_limits_waits(sweep_runner, tmp_path):
+    """budget.working_time=true: the agent's one LLM call waits 6 s on a 429's Retry-After, so it may work 6 s past
+    the deadline run.json names; the outcome says how long it worked and how long it waited."""
+    fake = FakeUpstream(usage=USAGE, expect_key=REAL_KEY, fail_first=1, fail_status=429, retry_after=6).start()
+    script = tmp_path / "outlive.sh"
+    script.write_text(WAIT_THEN_OUTLIVE)
+    own_agent = (f"{{name:outlive,kind:command,needs_driver:true,files:['{script}'],"
+                 f"command:'bash code/{script.name}'}}")
+    try:
+        out = sweep_runner("working-time", [f"sweep.agents=[{own_agent}]", "sweep.budget.wall_time_s=20",
+                                            "+sweep.budget.working_time=true",
+                                            drivers_override([fake_driver("fake-anthropic", "anthropic", fake, "m")])])
+    finally:
+        fake.stop()
+    run = collect(out, fake)
+    row, events = run.of("outlive", "fake-anthropic")
+    outcome = json.loads((attempt_dir(run, row) / "outcome.json").read_text())
+    assert row["status"] == "completed", row  # it outlived the deadline the budget set, and was not stopped
+    assert outcome["waiting_s"] >= 6 and outcome["working_s"] < outcome["elapsed_s"] - 6, outcome
+    status = json.loads((Path(outcome["workspace"]) / "code" / "status.json").read_text())
+    assert status["remaining_s"] > 0, status  # the grader's deadline moved too
+
+
 def test_a_different_installed_version_is_refused(cli_bin):
     adapter = get_adapter("codex")
     exe, version = find_cli(adapter, pins()["codex"].rpartition("@")[2], [str(cli_bin)], "codex")
