@@ -110,6 +110,10 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         else elapsed,
         "tokens": tokens if metered else None, "cost_usd": cost if metered else None,
         "env_usage": outcome.get("env_usage"),  # level 3: resets, steps and wins through the rollout service
+        # the agent's time working vs waiting on its driver's rate limits (budget.working_time counts the first)
+        "working_s": outcome.get("working_s"), "waiting_s": outcome.get("waiting_s"),
+        "final": outcome.get("final"),  # the held-out score of its final submission
+        "contaminated": outcome.get("contaminated"), "contamination": outcome.get("contamination"),
         "budget": budget,
         "budget_used": _budget_used(budget, elapsed, n_subs, tokens if metered else None, cost if metered else None),
         "trajectory": trajectory,
@@ -240,10 +244,23 @@ def render_markdown(r: dict) -> str:
         f"- Time to first improvement: {_secs(r['time_to_first_improvement_s'])}; time to best: "
         f"{_secs(r['time_to_best_s'])}; monotonic ratio: {fmt(r['monotonic_ratio'])}",
         f"- Elapsed {_secs(r['elapsed_s'])}; idle after the last submission: "
-        f"{_secs(r['gap_after_last_submission_s'])}",
+        f"{_secs(r['gap_after_last_submission_s'])}"
+        + (f"; working {_secs(r['working_s'])}, waiting on rate limits {_secs(r['waiting_s'])}"
+           if r.get("working_s") is not None else ""),
         "- Budget used: " + ", ".join(f"{k} {fmt(v * 100, 0)}%" for k, v in used.items() if v is not None)
         + (f"; tokens {r['tokens']}, cost ${r['cost_usd']:.4f}" if r["tokens"] is not None else ""),
     ]
+    if r.get("final"):
+        final = r["final"]
+        which = "none scored: the base model" if final["submission_id"] is None else \
+            f"#{final['submission_id']} ({'marked final' if final['marked'] else 'the best'})"
+        error = f"; error: {final['error']}" if final["error"] else ""
+        lines.append(f"- Held-out final score: {fmt(final['score'])} (improvement "
+                     f"{fmt(final['improvement'], signed=True)}, n={final['n']}) of submission {which}{error}")
+    if r.get("contaminated"):
+        found = r.get("contamination") or []
+        lines.append(f"- **Contamination**: hidden eval items found in what the agent wrote ({len(found)} at the end"
+                     + (f", e.g. {found[0]['item']} in {found[0]['file']}" if found else "") + ")")
     if r.get("env_usage"):
         env = r["env_usage"]
         lines.append(f"- Environment (rollout service): {env['resets']} episodes started, {env['steps']} steps, "
