@@ -15,6 +15,7 @@ the answer is sent.
 # (no `from __future__ import annotations`: FastAPI must see the real Request type through Serve's ingress)
 
 import asyncio
+import json
 import logging
 import os
 import secrets
@@ -28,6 +29,7 @@ from fastapi.responses import JSONResponse
 import ray
 from ray import serve
 
+from contracts.records import write_json_durably
 from contracts.refusals import STATUS, Refusal
 from contracts.runs import counted, run_token
 from contracts.task_spec import TaskSpec
@@ -40,6 +42,7 @@ log = logging.getLogger("a2rl.grader")
 JUDGE_CALLS = "judge_calls.jsonl"  # in the cell's records folder: every call of its evaluations' judge
 FINAL = "final.json"                  # in the cell's records folder: the held-out score of its final submission
 FINAL_CANDIDATES = "final-candidates"  # there too, while the run lasts: a copy of the submission it will be
+JUDGE_AGREEMENT_SAMPLE = 20  # the baseline's first judge prompts asked twice: the judge's repeat agreement
 JUDGE_USAGE = ("calls", "input_tokens", "output_tokens", "cached_tokens", "total_tokens", "cost_usd")
 api = FastAPI(title="a2rl grading API")
 
@@ -114,6 +117,8 @@ class Evaluator:
         if self.judge_driver and not driver_url:
             raise ValueError(f"task {spec.name} has an LLM judge but no driver proxy was given to its grader")
         self.judge_calls = Path(cache_dir) / "grading" / spec.name / "judge-calls-baseline.jsonl"
+        self.agreement_file = root / "judge-agreement.json"  # measured with the baseline, kept with its score
+        self.judge_agreement = json.loads(self.agreement_file.read_text()) if self.agreement_file.exists() else None
         self.baseline_lock = asyncio.Lock()
         self.baseline: dict[str, float | None] = {"eval": None, "final": None}
         # what the grader looks for in what agents write: the hidden items of both splits
@@ -139,7 +144,8 @@ class Evaluator:
     def info(self) -> dict:
         """The base model's scores (None while a judged task's are not scored yet), its digest, the split sizes."""
         return {"baseline_score": self.baseline["eval"], "final_baseline_score": self.baseline["final"],
-                "base_digest": self.base_digest, "n_eval": len(self.rows["eval"]), "n_final": len(self.rows["final"])}
+                "base_digest": self.base_digest, "n_eval": len(self.rows["eval"]), "n_final": len(self.rows["final"]),
+                "judge_agreement": self.judge_agreement}
 
     async def scored_baseline(self) -> dict:
         await self.ensure_baseline()
@@ -168,8 +174,8 @@ class Evaluator:
                 out["flags"].append("contamination")
                 out["contamination"] = found
             key = await asyncio.to_thread(score_key, Path(model_dir), out["digest"])
-            result, out["judge_usage"] = await self._judged(loaded, key, cell_id, Path(records_dir) / JUDGE_CALLS,
-                                                            split)
+            result, out["judge_usage"], _ = await self._judged(loaded, key, cell_id,
+                                                               Path(records_dir) / JUDGE_CALLS, split)
             out.update(score=result["score"], eval_s=result["eval_s"], metrics=result.get("metrics"))
             if result["cached"]:
                 out["flags"].append("cached")
@@ -228,31 +234,40 @@ class Evaluator:
             loaded = await asyncio.to_thread(self.backend.load, self.base_dir)
             try:
                 for split in self._splits():
-                    result, _ = await self._judged(loaded, self._base_key(), f"grader:{self.spec.name}",
-                                                   self.judge_calls, split)
+                    probe = JUDGE_AGREEMENT_SAMPLE if self.judge_agreement is None and split == "eval" else 0
+                    result, _, agreement = await self._judged(loaded, self._base_key(), f"grader:{self.spec.name}",
+                                                              self.judge_calls, split, probe)
                     self.baseline[split] = result["score"]
+                    if agreement is not None and agreement["n"]:
+                        self.judge_agreement = agreement
+                        await asyncio.to_thread(write_json_durably, self.agreement_file, agreement)
             finally:
                 await asyncio.to_thread(self.backend.unload, loaded)
 
-    async def _judged(self, loaded, key: str, who: str, calls_path: Path, split: str = "eval"
-                      ) -> tuple[dict, dict | None]:
-        """_score with the task's LLM judge opened on a key of its own; returns (result, the judge's usage)."""
+    async def _judged(self, loaded, key: str, who: str, calls_path: Path, split: str = "eval", probe: int = 0
+                      ) -> tuple[dict, dict | None, dict | None]:
+        """_score with the task's LLM judge opened on a key of its own; returns (result, the judge's usage, its
+        repeat agreement on its first `probe` prompts when probe > 0)."""
         if not self.judge_driver:
-            return await asyncio.to_thread(self._score, loaded, key, None, split), None
+            return await asyncio.to_thread(self._score, loaded, key, None, split), None, None
         if self.scores[split].get(key) is not None:  # a cached score asks no judge
-            return await asyncio.to_thread(self._score, loaded, key, None, split), dict.fromkeys(JUDGE_USAGE, 0)
+            result = await asyncio.to_thread(self._score, loaded, key, None, split)
+            return result, dict.fromkeys(JUDGE_USAGE, 0), None
         from contracts.serving import DRIVER_PROXY_APP
         from evaluators.judging.pairwise import LLMJudge
 
         proxy = serve.get_app_handle(DRIVER_PROXY_APP)
         judge_key = await proxy.register_cell.remote(f"{who}:judge", self.judge_driver, None, str(calls_path))
         judge = LLMJudge(self.judge_driver, self.driver_url, judge_key)
+        judge.sample, agreement = probe, None
         try:
             result = await asyncio.to_thread(self._score, loaded, key, judge, split)
+            if probe:
+                agreement = await asyncio.to_thread(judge.repeat_agreement)
         finally:
             judge.close()
             usage = await proxy.close_cell.remote(judge_key, 5.0)
-        return result, {k: usage[k] for k in JUDGE_USAGE}
+        return result, {k: usage[k] for k in JUDGE_USAGE}, agreement
 
 
 @serve.deployment(max_ongoing_requests=256, health_check_period_s=10)
@@ -448,8 +463,6 @@ class Grader:
     async def _score_final(self, token: str) -> dict | None:
         """Score the run's final submission on the held-out split (the base model when it has none scored) and
         record it (fsync) as final.json in its records; None when the task has no final split."""
-        from contracts.records import write_json_durably
-
         base = await self.ensure_baseline()
         run = await self.registry.peek.remote(token)
         if run is None or not base["n_final"]:

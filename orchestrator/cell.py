@@ -143,6 +143,7 @@ class RunningAgent:
     process: sandbox.AgentProcess
     started: float
     grader: Any                     # the task's grading deployment handle
+    judge_agreement: dict | None = None  # the task's LLM judge asked twice on a sample: how often it agreed
     budget_deadline: float = 0.0    # the deadline the wall-time budget set (deadline moves with working time)
 
     def __post_init__(self) -> None:
@@ -215,7 +216,7 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
             session.close()
         raise
     return RunningAgent(workspace, token, deadline, registered["baseline_score"], is_interactive(spec), process,
-                        time.time(), grader)
+                        time.time(), grader, registered.get("judge_agreement"))
 
 
 def watch(attempt: Attempt, agent: RunningAgent, records: Records) -> tuple[int | None, str | None, str | None]:
@@ -312,6 +313,7 @@ def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_cod
                        **({"final": left["final"]} if left.get("final") else {}),
                        # hidden eval items in what the agent wrote: at a submission, or in what it left at the end
                        "contaminated": bool(records.contaminated or left.get("contamination")),
+                       **({"judge_agreement": agent.judge_agreement} if agent.judge_agreement else {}),
                        "contamination": left.get("contamination"),
                        **(session.summary() if session is not None else {}),
                        **({"env_usage": env_usage} if env_usage is not None else {})})

@@ -333,3 +333,30 @@ def test_deepsearchqa_answers_regraded_by_a_judge(tmp_path):
     assert [i["score"] for i in judged["items"]] == [1.0, 0.0, 0.0]
     assert len(asked) == 2                                     # the unanswered episode asked nothing
     assert judged["score"] == pytest.approx(100 / 3) and judged["metrics"]["exact_match"] == 0.0
+
+
+def test_repeat_agreement_says_how_often_a_judge_gives_the_same_reply_twice():
+    from evaluators.judging.pairwise import LLMJudge
+
+    calls = {"n": 0}
+
+    def flipping(req):  # a judge that changes its mind on every call
+        calls["n"] += 1
+        return Reply(text="Output (a)" if calls["n"] % 2 else "Output (b)")
+
+    for script, expected in ((flipping, 0.0), (lambda req: Reply(text="Output (a)"), 1.0)):
+        fake = FakeUpstream(script=script, expect_key=JUDGE_KEY).start()
+        try:
+            judge = LLMJudge({"name": "j", "provider": "openai-compatible", "model": "m"}, fake.url, JUDGE_KEY)
+            judge.sample = 6
+            for i in range(9):
+                judge.ask("system", f"question {i}")
+            assert judge.repeat_agreement() == {"n": 6, "agreement": expected}
+            assert fake.calls == 9 + 6
+        finally:
+            fake.stop()
+
+
+def test_a_judged_graders_baseline_measures_its_judges_repeat_agreement(judged_grader):
+    info = judged_grader["handle"].ensure_baseline.remote().result()
+    assert info["judge_agreement"]["n"] > 0 and info["judge_agreement"]["agreement"] == 1.0  # the scripted judge

@@ -45,6 +45,8 @@ class LLMJudge:
         self.driver, self.proxy_url, self.key, self.max_tokens = driver, proxy_url.rstrip("/"), key, max_tokens
         self.concurrency = concurrency
         self.client = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=concurrency))
+        self.sample = 0  # > 0: keep this many (prompt, reply) pairs to ask again (repeat_agreement)
+        self.asked: list[tuple[str, str, str]] = []
 
     @property
     def identity(self) -> dict:
@@ -53,7 +55,18 @@ class LLMJudge:
 
     def ask(self, system: str, user: str) -> str:
         """One greedy reply: what a task with a rubric of its own (deepsearchqa's answer check) asks."""
-        return chat(self.client, self.proxy_url, self.key, self.driver, system, user, self.max_tokens)
+        reply = chat(self.client, self.proxy_url, self.key, self.driver, system, user, self.max_tokens)
+        if len(self.asked) < self.sample:
+            self.asked.append((system, user, reply))
+        return reply
+
+    def repeat_agreement(self) -> dict:
+        """The kept prompts asked once more: the share of identical replies. A provider at temperature 0 is not
+        bound to be deterministic; this says how far this judge is, on a sample."""
+        kept, self.sample = list(self.asked), 0
+        same = sum(chat(self.client, self.proxy_url, self.key, self.driver, system, user, self.max_tokens) == reply
+                   for system, user, reply in kept)
+        return {"n": len(kept), "agreement": same / len(kept) if kept else None}
 
     def compare(self, instruction: str, first: str, second: str, row: dict) -> str:
         reply = self.ask(SYSTEM, USER.format(instruction=instruction, first=first, second=second))

@@ -54,11 +54,12 @@ def _with_cell_reports(output_dir: Path, cells: pd.DataFrame, events: pd.DataFra
     for e in events[["cell_id", "attempt", "t", "kind", "payload"]].itertuples(index=False):
         by_cell.setdefault(e.cell_id, []).append({"attempt": int(e.attempt), "t": float(e.t), "kind": e.kind,
                                                   "payload": json.loads(e.payload)})
-    classes, violations = [], []
+    classes, violations, agreements = [], [], []
     for row in cells.to_dict("records"):
         if row["status"] == "pending":
             classes.append("pending")
             violations.append(None)
+            agreements.append(None)
             continue
         plain = {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
         plain["seed"] = int(plain["seed"])
@@ -66,7 +67,9 @@ def _with_cell_reports(output_dir: Path, cells: pd.DataFrame, events: pd.DataFra
         classes.append(report["outcome_class"])
         broken = report["mode_violations"]
         violations.append(None if broken is None else "; ".join(v["rule"] for v in broken) or "")
+        agreements.append((report.get("judge_agreement") or {}).get("agreement"))
     cells = cells.copy()
+    cells["judge_agreement"] = agreements  # the task's LLM judge asked twice on a sample (None: no LLM judge)
     cells["outcome_class"] = classes
     cells["mode_violation"] = violations  # None: no rule to check; "": kept to the mode; else the rules broken
     return cells
@@ -220,6 +223,14 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
     else:
         lines += ["No finished cell has a held-out score (its task has no final split, or none finished).", ""]
     lines += _contamination_section(cells)
+    judged = cells[cells["judge_agreement"].notna()] if "judge_agreement" in cells else cells.iloc[:0]
+    if len(judged):
+        lines += ["## LLM judges", "",
+                  "Scores of these tasks are not deterministic: their LLM judge, asked at temperature 0 through a "
+                  "provider, need not give the same verdict twice (its verdicts are cached, so one sweep's are "
+                  "stable). Its repeat agreement, measured on a sample of the baseline's judge prompts asked twice: "
+                  + ", ".join(f"{task} {100 * a:.0f}%" for task, a in judged.groupby("task")["judge_agreement"]
+                              .first().items()) + ".", ""]
     lines += ["## Improvement over baseline: the best feedback score (per task x agent x driver x training mode, "
               "over seeds)", ""]
     imp = t["improvement"]

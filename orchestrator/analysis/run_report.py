@@ -114,6 +114,7 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         "working_s": outcome.get("working_s"), "waiting_s": outcome.get("waiting_s"),
         "final": outcome.get("final"),  # the held-out score of its final submission
         "contaminated": outcome.get("contaminated"), "contamination": outcome.get("contamination"),
+        "judge_agreement": outcome.get("judge_agreement"),  # an LLM judge's repeat agreement on a sample
         "budget": budget,
         "budget_used": _budget_used(budget, elapsed, n_subs, tokens if metered else None, cost if metered else None),
         "trajectory": trajectory,
