@@ -181,6 +181,13 @@ def diff_summary(repo_dir: Path, from_sha: str | None, to_sha: str) -> dict:
     }
 
 
+def diff_text(repo_dir: Path, from_sha: str | None, to_sha: str) -> str:
+    """The unified diff between two snapshots (from_sha None: against the empty tree); binary files are named, not
+    shown. For a reader of what the agent changed (the report's run summaries)."""
+    return _git(["diff", "--no-renames", "--no-color", "--no-ext-diff", from_sha or EMPTY_TREE, to_sha],
+                Path(repo_dir))
+
+
 def search(repo_dir: Path, sha: str, pattern: str, max_hits: int = 20) -> list[str]:
     """Lines of a snapshot matching a regular expression (Python syntax), as "path:line: text"; binary files are
     skipped. For rules about what code may do (the report's training-mode check)."""

@@ -3,6 +3,9 @@
 The judge reaches the proxy like an agent does, with a per-evaluation key, so its tokens are metered and priced by
 the one mechanism that meters agents, and recorded as judge usage. A call the proxy answers with an error (after its
 own retries on 429/5xx) raises JudgeUnavailable: an outage of the judge is not a verdict on the model.
+
+chat_request and reply_text are the request and reply shapes of one system + user chat per provider; the report's
+run summaries (orchestrator.analysis.run_summary) send the same request straight to the provider.
 """
 from __future__ import annotations
 
@@ -13,40 +16,58 @@ class JudgeUnavailable(RuntimeError):
     """The judge could not be asked (network, provider error, budget): an infra error of the evaluation."""
 
 
+CHAT_PROVIDERS = ("openai", "openai-compatible", "anthropic", "gemini")
+
+
+def chat_request(driver: dict, system: str, user: str, max_tokens: int,
+                 temperature: float | None = 0) -> tuple[str, dict, dict]:
+    """(path, JSON body, headers other than the key) of one system + user message in the driver's protocol.
+    temperature None leaves the provider's default (reasoning models refuse any other value)."""
+    provider, model = driver["provider"], driver.get("model")
+    sampling = {} if temperature is None else {"temperature": temperature}
+    if provider in ("openai", "openai-compatible"):
+        return "/v1/chat/completions", {
+            "model": model, **sampling, "max_completion_tokens": max_tokens,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}, {}
+    if provider == "anthropic":
+        return "/v1/messages", {"model": model, **sampling, "max_tokens": max_tokens, "system": system,
+                                "messages": [{"role": "user", "content": user}]}, {"anthropic-version": "2023-06-01"}
+    if provider == "gemini":
+        return f"/v1beta/models/{model}:generateContent", {
+            "systemInstruction": {"parts": [{"text": system}]},
+            "contents": [{"role": "user", "parts": [{"text": user}]}],
+            "generationConfig": {**sampling, "maxOutputTokens": max_tokens}}, {}
+    raise ValueError(f"driver {driver.get('name')!r}: provider {provider!r} cannot chat; use one of "
+                     f"{', '.join(CHAT_PROVIDERS)}")
+
+
+def reply_text(provider: str, data: dict) -> str:
+    """The text of a chat reply; KeyError, IndexError or TypeError when it has none where the provider puts it."""
+    if provider == "anthropic":
+        return "".join(part.get("text", "") for part in data["content"])
+    if provider == "gemini":
+        return "".join(part.get("text", "") for part in data["candidates"][0]["content"]["parts"])
+    return data["choices"][0]["message"]["content"] or ""
+
+
 def chat(client: httpx.Client, proxy_url: str, key: str, driver: dict, system: str, user: str,
          max_tokens: int) -> str:
     """The reply's text to one system + user message, greedy (temperature 0)."""
-    provider, model = driver["provider"], driver.get("model")
-    if provider in ("openai", "openai-compatible"):
-        url = f"{proxy_url}/v1/chat/completions"
-        body = {"model": model, "temperature": 0, "max_completion_tokens": max_tokens,
-                "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
-        headers = {"authorization": f"Bearer {key}"}
-    elif provider == "anthropic":
-        url = f"{proxy_url}/v1/messages"
-        body = {"model": model, "temperature": 0, "max_tokens": max_tokens, "system": system,
-                "messages": [{"role": "user", "content": user}]}
-        headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
-    elif provider == "gemini":
-        url = f"{proxy_url}/v1beta/models/{model}:generateContent"
-        body = {"systemInstruction": {"parts": [{"text": system}]},
-                "contents": [{"role": "user", "parts": [{"text": user}]}],
-                "generationConfig": {"temperature": 0, "maxOutputTokens": max_tokens}}
-        headers = {"x-goog-api-key": key}
-    else:
-        raise ValueError(f"judge driver {driver.get('name')!r}: provider {provider!r} cannot judge")
     try:
-        response = client.post(url, json=body, headers=headers)
+        path, body, headers = chat_request(driver, system, user, max_tokens)
+    except ValueError:
+        raise ValueError(f"judge driver {driver.get('name')!r}: provider {driver['provider']!r} cannot judge") \
+            from None
+    # The proxy takes the per-evaluation key wherever the provider's own SDK puts it.
+    key_header = {"anthropic": "x-api-key", "gemini": "x-goog-api-key"}.get(driver["provider"])
+    headers.update({key_header: key} if key_header else {"authorization": f"Bearer {key}"})
+    try:
+        response = client.post(proxy_url + path, json=body, headers=headers)
     except httpx.HTTPError as e:
         raise JudgeUnavailable(f"judge {driver.get('name')}: {type(e).__name__}: {e}") from None
     if response.status_code != 200:
         raise JudgeUnavailable(f"judge {driver.get('name')}: HTTP {response.status_code}: {response.text[:300]}")
     try:
-        data = response.json()
-        if provider == "anthropic":
-            return "".join(part.get("text", "") for part in data["content"])
-        if provider == "gemini":
-            return "".join(part.get("text", "") for part in data["candidates"][0]["content"]["parts"])
-        return data["choices"][0]["message"]["content"] or ""
+        return reply_text(driver["provider"], response.json())
     except (ValueError, KeyError, IndexError, TypeError) as e:
         raise JudgeUnavailable(f"judge {driver.get('name')}: unreadable answer ({type(e).__name__}: {e})") from None
