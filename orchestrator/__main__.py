@@ -53,6 +53,7 @@ def sweep_main(cfg: DictConfig) -> None:
 def report_main(cfg: DictConfig) -> None:
     from contracts.specs import to_plain
     from orchestrator.analysis.report import build_report
+    from orchestrator.analysis.run_summary import summarizer_from_config
     from orchestrator.callbacks import wandb_mode
 
     filters = {k: v for k, v in (to_plain(cfg.filter) or {}).items() if v is not None}
@@ -61,7 +62,8 @@ def report_main(cfg: DictConfig) -> None:
         wandb_cfg = {"project": cfg.logger.project, "entity": cfg.logger.get("entity"),
                      "mode": wandb_mode(cfg.logger.mode)}
     try:
-        path = build_report(cfg.output_dir, filters=filters, wandb_cfg=wandb_cfg)
+        path = build_report(cfg.output_dir, filters=filters, wandb_cfg=wandb_cfg,
+                            summarizer=summarizer_from_config(cfg.analysis, cfg.driver_proxy))
     except (ConfigError, FileNotFoundError) as e:
         print(f"a2rl: {e}", file=sys.stderr)
         sys.exit(2)

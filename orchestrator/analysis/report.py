@@ -1,7 +1,8 @@
 """The sweep report: `python -m orchestrator report output_dir=DIR [filters]` -> DIR/report/.
 
 Writes report.md (the tables), PNG figures, Parquet exports (cells, events and every table) for pandas and
-the notebook, refreshes each started cell's run report, and logs the same tables and figures to one W&B run.
+the notebook, refreshes each started cell's run report (and, with `analysis.summarize`, its LLM-written summary:
+run_summary), and logs the same tables and figures to one W&B run.
 It works on a partially finished sweep: the tables cover finished cells and the report says how many are
 missing.
 """
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.analysis import curves, figures, run_report, stats, tables
+from contracts.records import read_jsonl
+from orchestrator.analysis import curves, figures, run_report, run_summary, stats, tables
 from orchestrator.analysis.markdown import MISSING, fmt, md_table
 
 GROUP = tables.GROUP
@@ -21,10 +23,12 @@ OUTPUT_PATTERNS = ("report.md", "*.png", "*.parquet")
 
 
 def build_report(output_dir: str | Path, filters: dict | None = None, wandb_cfg: dict | None = None, *,
-                 success_threshold: float = 0.0, n_boot: int = 10_000, seed: int = 0) -> Path:
+                 success_threshold: float = 0.0, n_boot: int = 10_000, seed: int = 0,
+                 summarizer: run_summary.Summarizer | None = None) -> Path:
     """Write OUTPUT_DIR/report/ and return its path. filters: task, agent, driver, sweep, seed (one value or
     a list each). wandb_cfg: the logger config ({kind, project, entity, mode}); None or kind "none": no W&B.
-    success_threshold: pass@k counts a run as a success when its improvement is strictly above it."""
+    success_threshold: pass@k counts a run as a success when its improvement is strictly above it.
+    summarizer: a driver writes each finished cell's run summary (None: none is asked; those written are shown)."""
     output_dir = Path(output_dir)
     cells, events = tables.load(output_dir, filters)
     report_dir = output_dir / "report"
@@ -33,28 +37,41 @@ def build_report(output_dir: str | Path, filters: dict | None = None, wandb_cfg:
         for old in report_dir.glob(pattern):
             old.unlink()
 
-    cells = _with_cell_reports(output_dir, cells, events)
+    by_cell = _events_by_cell(events)
+    cells, reports = _with_cell_reports(output_dir, cells, by_cell)
     out = compute_tables(cells, events, success_threshold=success_threshold, n_boot=n_boot, seed=seed)
+    # After the run reports, which stay as they are whatever a driver answers.
+    finished = {cid: r for cid, r in reports.items() if r["status"] in tables.FINISHED_STATUSES}
+    asked = run_summary.summarize(output_dir, finished, by_cell, summarizer) if summarizer else []
+    out["tables"]["summaries"] = _summaries_table(output_dir, cells, asked)
     figure_paths = _write_figures(out, report_dir)
 
     cells.to_parquet(report_dir / "cells.parquet", index=False)
     events.to_parquet(report_dir / "events.parquet", index=False)
     for name, frame in out["tables"].items():
         frame.to_parquet(report_dir / f"{name}.parquet", index=False)
-    (report_dir / "report.md").write_text(render_markdown(out, cells, filters, figure_paths, success_threshold))
+    (report_dir / "report.md").write_text(render_markdown(out, cells, filters, figure_paths, success_threshold,
+                                                          _summary_texts(output_dir, out["tables"]["summaries"]),
+                                                          summarizer))
 
     if wandb_cfg and wandb_cfg.get("kind", "wandb") != "none":
         log_to_wandb(output_dir, cells, out, figure_paths, wandb_cfg, filters)
     return report_dir
 
 
-def _with_cell_reports(output_dir: Path, cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
-    """Refresh the run report of every started cell and add its outcome class to the cells table."""
+def _events_by_cell(events: pd.DataFrame) -> dict[str, list[dict]]:
     by_cell: dict[str, list[dict]] = {}
     for e in events[["cell_id", "attempt", "t", "kind", "payload"]].itertuples(index=False):
         by_cell.setdefault(e.cell_id, []).append({"attempt": int(e.attempt), "t": float(e.t), "kind": e.kind,
                                                   "payload": json.loads(e.payload)})
-    classes, violations, agreements = [], [], []
+    return by_cell
+
+
+def _with_cell_reports(output_dir: Path, cells: pd.DataFrame,
+                       by_cell: dict[str, list[dict]]) -> tuple[pd.DataFrame, dict[str, dict]]:
+    """Refresh the run report of every started cell and add its outcome class to the cells table; the reports
+    by cell id."""
+    classes, violations, agreements, reports = [], [], [], {}
     for row in cells.to_dict("records"):
         if row["status"] == "pending":
             classes.append("pending")
@@ -63,7 +80,8 @@ def _with_cell_reports(output_dir: Path, cells: pd.DataFrame, events: pd.DataFra
             continue
         plain = {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
         plain["seed"] = int(plain["seed"])
-        report = run_report.write_cell_report(output_dir, plain, by_cell.get(row["cell_id"], []))
+        report = reports[row["cell_id"]] = run_report.write_cell_report(output_dir, plain,
+                                                                        by_cell.get(row["cell_id"], []))
         classes.append(report["outcome_class"])
         broken = report["mode_violations"]
         violations.append(None if broken is None else "; ".join(v["rule"] for v in broken) or "")
@@ -72,7 +90,40 @@ def _with_cell_reports(output_dir: Path, cells: pd.DataFrame, events: pd.DataFra
     cells["judge_agreement"] = agreements  # the task's LLM judge asked twice on a sample (None: no LLM judge)
     cells["outcome_class"] = classes
     cells["mode_violation"] = violations  # None: no rule to check; "": kept to the mode; else the rules broken
-    return cells
+    return cells, reports
+
+
+SUMMARY_COLUMNS = ["cell_id", "status", "driver", "model", "input_tokens", "output_tokens", "cached_tokens",
+                   "cost_usd", "error", "summary_input_tokens", "summary_output_tokens", "summary_cost_usd",
+                   "recorded_input_tokens", "recorded_output_tokens", "recorded_cost_usd", "recorded_calls"]
+
+
+def _summaries_table(output_dir: Path, cells: pd.DataFrame, asked: list[dict]) -> pd.DataFrame:
+    """One row per cell that has a summary or was asked for one: what this report spent on it (status new, cached
+    or failed; written earlier: present), what the summary shown cost when it was written, and every analysis call
+    recorded for the cell so far (analysis_calls.jsonl)."""
+    by_id = {row["cell_id"]: row for row in asked}
+    rows = []
+    for cid in cells["cell_id"]:
+        cell_dir = output_dir / "cells" / cid
+        kept, calls = run_summary.read_summary(cell_dir), read_jsonl(cell_dir / run_summary.ANALYSIS_CALLS)
+        row = by_id.get(cid)
+        if row is None and kept is None:
+            continue
+        row = row or {"cell_id": cid, "status": "present", "driver": kept["driver"], "model": kept["model"],
+                      "input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "cost_usd": 0.0, "error": None}
+        rows.append({**row, "summary_input_tokens": (kept or {}).get("input_tokens"),
+                     "summary_output_tokens": (kept or {}).get("output_tokens"),
+                     "summary_cost_usd": (kept or {}).get("cost_usd"),
+                     "recorded_input_tokens": sum(c["input_tokens"] for c in calls),
+                     "recorded_output_tokens": sum(c["output_tokens"] for c in calls),
+                     "recorded_cost_usd": sum(c["cost_usd"] for c in calls), "recorded_calls": len(calls)})
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def _summary_texts(output_dir: Path, summaries: pd.DataFrame) -> dict[str, dict]:
+    return {cid: kept for cid in summaries["cell_id"]
+            if (kept := run_summary.read_summary(output_dir / "cells" / cid)) is not None}
 
 
 def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold: float = 0.0,
@@ -189,8 +240,51 @@ def _contamination_section(cells: pd.DataFrame) -> list[str]:
                     "(each cell's outcome names the file, item and overlap).", ""]
 
 
+def _summaries_section(cells: pd.DataFrame, table: pd.DataFrame, texts: dict[str, dict],
+                       summarizer: run_summary.Summarizer | None) -> list[str]:
+    """Each cell's LLM-written run summary where there is one, what this report spent on them, and the failures."""
+    if not len(table):
+        return []
+    lines = ["## Run summaries (LLM-written)", ""]
+    by_status = table["status"].value_counts()
+    if summarizer is not None:
+        d = summarizer.driver
+        lines.append(f"Written by {d['name']} ({d.get('model')}) from each finished cell's run report, the code diffs "
+                     "between its submissions and the agent's trace. The run reports are the source of truth; a "
+                     "summary is a reading of them. This report asked for "
+                     f"{int(by_status.get('new', 0) + by_status.get('failed', 0))}: "
+                     f"{int(table['input_tokens'].sum())} input and {int(table['output_tokens'].sum())} output tokens, "
+                     f"${table['cost_usd'].sum():.4f} (analysis usage, never an agent's); "
+                     f"{int(by_status.get('cached', 0))} came from the cache; {int(by_status.get('failed', 0))} "
+                     "failed.")
+    else:
+        lines.append("Written by a driver in an earlier report (`analysis.summarize=...`; this one asked none). The "
+                     "run reports are the source of truth; a summary is a reading of them.")
+    lines += [f"Recorded analysis usage for these cells in all: {int(table['recorded_calls'].sum())} calls, "
+              f"{int(table['recorded_input_tokens'].sum())} input and {int(table['recorded_output_tokens'].sum())} "
+              f"output tokens, ${table['recorded_cost_usd'].sum():.4f} (cells/<id>/analysis_calls.jsonl).", ""]
+    labels = cells.set_index("cell_id")
+    for r in table.itertuples(index=False):
+        c = labels.loc[r.cell_id]
+        lines += [f"### {c.task} / {c.agent} / {c.driver}, seed {c.seed}: cell {r.cell_id}", ""]
+        if r.status == "failed":
+            lines += [f"**No new summary: the driver failed** ({r.error}). The run report "
+                      f"([report.md](../cells/{r.cell_id}/report.md)) is complete without it.", ""]
+        kept = texts.get(r.cell_id)
+        if kept is not None:
+            lines += [f"[summary.md](../cells/{r.cell_id}/summary.md), by {kept['driver']} ({kept['model']}), "
+                      f"{kept['input_tokens']} input and {kept['output_tokens']} output tokens, "
+                      f"${kept['cost_usd']:.4f}" + (" (earlier than this failure)" if r.status == "failed" else "")
+                      + ":", ""]
+            lines += ["> " + line if line else ">" for line in kept["text"].splitlines()] + [""]
+    return lines
+
+
 def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure_paths: list[Path],
-                    success_threshold: float) -> str:
+                    success_threshold: float, summaries: dict[str, dict] | None = None,
+                    summarizer: run_summary.Summarizer | None = None) -> str:
+    """summaries: each cell's run summary (summary.json) where one exists."""
+    summaries = summaries or {}
     t, p = out["tables"], out["progress"]
     sweeps = ", ".join(sorted(set(cells["sweep"].dropna().astype(str)))) or MISSING
     by_status = ", ".join(f"{n} {s}" for s, n in p["by_status"].items() if n)
@@ -299,9 +393,12 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
     lines += ["## Cells", ""]
     rows = [[r.cell_id if r.status == "pending" else f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task,
              r.agent, r.driver, r.seed, r.status, fmt(r.improvement, signed=True), r.n_submissions, r.outcome_class]
+            + ([f"[summary](../cells/{r.cell_id}/summary.md)" if r.cell_id in summaries else ""] if summaries else [])
             for r in cells.itertuples()]
     lines += [md_table(["cell", "task", "agent", "driver", "seed", "status", "improvement", "submissions",
-                        "outcome"], rows), ""]
+                        "outcome"] + (["LLM summary"] if summaries else []), rows), ""]
+    lines += _summaries_section(cells, t.get("summaries", pd.DataFrame(columns=SUMMARY_COLUMNS)), summaries,
+                                summarizer)
 
     if figure_paths:
         lines += ["## Figures", ""] + [f"![{path.stem}]({path.name})" for path in figure_paths] + [""]

@@ -124,7 +124,7 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
     report["code_diff"] = _code_diff(cell_dir, trajectory, best_sub)
     report["mode"] = tables.mode_of(spec)
     report["mode_violations"] = mode_violations(cell_dir, spec.get("mode"), trajectory, best_sub)
-    report["stderr_tail"] = (_tail(cell_dir / f"attempt-{attempt}" / "agent.stderr")
+    report["stderr_tail"] = (tail(cell_dir / f"attempt-{attempt}" / "agent.stderr")
                              if cell_dir is not None and report["failure_class"] else None)
     return report
 
@@ -215,13 +215,14 @@ def mode_violations(cell_dir: Path | None, mode: dict | None, trajectory: list[d
     return found
 
 
-def _tail(path: Path) -> str | None:
+def tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str | None:
+    """The last lines of an agent's output file (None: no such file or nothing in it)."""
     if not path.is_file():
         return None
     with open(path, "rb") as f:
         f.seek(max(0, path.stat().st_size - 64 * 1024))  # agent output can be huge; the end says why it ended
-        lines = f.read().decode(errors="replace").splitlines()
-    return "\n".join(lines[-STDERR_TAIL_LINES:]) or None
+        text = f.read().decode(errors="replace").splitlines()
+    return "\n".join(text[-lines:]) or None
 
 
 # -- rendering ---------------------------------------------------------------------------------------------------
