@@ -101,6 +101,12 @@ class Evaluator:
             self.backend.unload(base)
         log.info("grader %s ready: baseline %s on %d eval items", spec.name, self.baseline, len(self.eval_rows))
 
+    def __del__(self):
+        # Serve calls this when the replica stops: a resident engine's process (and its GPU memory) goes with it
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+
     def info(self) -> dict:
         """The base model's score (None while a judged task's is not scored yet), its digest, the eval size."""
         return {"baseline_score": self.baseline, "base_digest": self.base_digest, "n_eval": len(self.eval_rows)}
