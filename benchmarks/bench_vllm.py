@@ -103,8 +103,9 @@ def main() -> None:
     print("\nper-submission grading time (load + weight digest + generate + unload):")
     print(f"  transformers                    {hf_total:8.2f} s  (load {hf_runs[1]['load']:.2f} s)")
     print(f"  vLLM, cold engine               {cold['total']:8.2f} s  (engine start {start_s:.2f} s)")
-    print(f"  vLLM, resident engine (reload)  {warm_total:8.2f} s  (load {warm[0]['load']:.2f} s, of which "
-          f"the engine's weight reload {reload_s:.3f} s; digest {warm[0]['digest']:.2f} s)")
+    warm_load = sum(r["load"] for r in warm) / 2
+    print(f"  vLLM, resident engine (reload)  {warm_total:8.2f} s  (load {warm_load:.2f} s, of which the engine's "
+          f"weight reload {reload_s:.3f} s; digest {warm[0]['digest']:.2f} s)")
     print(f"  cold / resident = {cold['total'] / warm_total:.1f}x; engine start / weight reload = "
           f"{start_s / reload_s:.0f}x; transformers / vLLM resident = {hf_total / warm_total:.2f}x")
     print("\ngeneration throughput (generate only, same items):")
