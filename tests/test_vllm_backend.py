@@ -54,6 +54,7 @@ def variant(base: Path, out: Path, seed: int, **config_changes) -> Path:
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
+        model.config.use_cache = False  # as trainers save it: the same architecture still
     model.generation_config = AutoModelForCausalLM.from_pretrained(base).generation_config
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(base).save_pretrained(out)
@@ -137,6 +138,33 @@ def test_same_replies_as_transformers_reload_in_place_and_a_fresh_engine_otherwi
     assert pids["other"] != pids["base"] and backend.stats["starts"] == 2  # another one: a fresh engine...
     assert not group_alive(pids["base"])  # ...and the old one's processes are gone
     assert not group_alive(pids["other"]) and backend.engine is None  # close() kills the engine
+
+
+@needs_vllm
+def test_an_engine_dies_with_the_process_that_started_it(cache_dir, tmp_path):
+    """A replica killed outright (SIGKILL, the out-of-memory killer) runs no teardown: the worker's watchdog kills
+    the engine's process group once its parent is gone."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    model = shutil.copytree(resolve_base_model("tiny", cache_dir / "models"), tmp_path / "model")
+    replica = subprocess.Popen([sys.executable, "-c", (
+        "from pathlib import Path; from evaluators.backends.vllm_backend import EngineProcess, VLLMBackend; "
+        "b = VLLMBackend(device='cpu', torch_threads=1, kv_cache_gb=0.25); "
+        f"EngineProcess(b.python, Path({str(model)!r}), b.engine_args, b.engine_env())")],
+        cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 120
+        while not engine_processes(model) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        [engine] = engine_processes(model)
+        time.sleep(3)  # its watchdog is a thread started first thing
+    finally:
+        replica.send_signal(signal.SIGKILL)
+        replica.wait()
+    assert not group_alive(engine, wait_s=15)
 
 
 def engine_processes(marker: Path) -> list[int]:

@@ -34,8 +34,9 @@ log = logging.getLogger("a2rl.vllm")
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().parent / "vllm_worker.py"
 VENV_VARIABLE = "A2RL_VLLM_VENV"
-# config.json keys that say nothing about the network an engine runs
-CONFIG_NOISE = ("_name_or_path", "transformers_version")
+# config.json keys that say nothing about the network an engine runs (trainers save use_cache=false: the demo's sft
+# submissions got a fresh engine for it)
+CONFIG_NOISE = ("_name_or_path", "transformers_version", "use_cache")
 
 
 def vllm_python() -> Path:
@@ -158,7 +159,8 @@ class VLLMBackend(EvaluatorBackend):
                    tensor_parallel_size=settings.tensor_parallel_size, max_model_len=settings.max_model_len,
                    kv_cache_gb=settings.kv_cache_gb)
 
-    def _env(self) -> dict:
+    def engine_env(self) -> dict:
+        """The engine process's environment: the replica's, less what would point it at the main environment."""
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
         env.update(HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
         if self.device == "cpu":
@@ -199,7 +201,7 @@ class VLLMBackend(EvaluatorBackend):
                 self.stats["reload_s"] += answer["reload_s"]
             else:
                 self.close()
-                self.engine = EngineProcess(self.python, path, self.engine_args, self._env())
+                self.engine = EngineProcess(self.python, path, self.engine_args, self.engine_env())
                 self.stats["starts"] += 1
                 self.stats["start_s"] += self.engine.start_s
         except EngineError as e:
