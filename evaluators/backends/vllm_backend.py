@@ -113,7 +113,6 @@ class LoadedModel:
     model_dir: Path
     eos_ids: list[int]
     repetition_penalty: float
-    signature: str      # config + checkpoint layout: equal signatures share an engine
     weight_files: list[Path]
     load_count: int     # which load of the engine this is (a stale handle must not generate)
     digest: str | None = None
@@ -213,7 +212,7 @@ class VLLMBackend(EvaluatorBackend):
         # of those, the repetition penalty (Qwen's chat models ship 1.1) changes a greedy reply, so it goes along
         return LoadedModel(tokenizer=tokenizer, model_dir=path, eos_ids=eos_ids,
                            repetition_penalty=float(getattr(generation, "repetition_penalty", None) or 1.0),
-                           signature=signature, weight_files=files, load_count=self.load_count)
+                           weight_files=files, load_count=self.load_count)
 
     def generate(self, loaded: LoadedModel, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
         if self.engine is None or loaded.load_count != self.load_count:
@@ -221,6 +220,7 @@ class VLLMBackend(EvaluatorBackend):
         if not conversations:
             return []
         prompts = [prompt_ids(loaded.tokenizer, conv) for conv in conversations]
+        # all at once (batch_size does not apply): vLLM's scheduler batches them as its KV cache allows
         answer = self.engine.ask(op="generate", prompts=prompts, max_tokens=int(max_new_tokens),
                                  stop_token_ids=loaded.eos_ids, repetition_penalty=loaded.repetition_penalty)
         return [reply_text(loaded.tokenizer, out, loaded.eos_ids) for out in answer["outputs"]]

@@ -29,11 +29,14 @@ class ReloadExtension:
 
     def a2rl_reload(self, model_dir: str) -> None:
         from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+        from vllm.platforms import current_platform
 
         self.reload_weights(weights_path=model_dir)
-        # vLLM 0.32's in-place reload skips a layer that loads no tensor of its own: a tied lm_head keeps the CPU
-        # kernel's packed copy of the old embedding (its replies differed from a fresh engine's). Re-derive every
-        # embedding's kernel state from the weights now loaded; on a GPU this does nothing.
+        if not current_platform.is_cpu():
+            return
+        # vLLM 0.32's in-place reload skips a layer that loads no tensor of its own: on a CPU a tied lm_head keeps
+        # its kernel's packed copy of the old embedding (its replies differed from a fresh engine's). Re-derive
+        # every embedding's kernel state from the weights now loaded.
         for module in self.model_runner.get_model().modules():
             if isinstance(module, VocabParallelEmbedding):
                 module.quant_method.process_weights_after_loading(module)
