@@ -36,6 +36,10 @@ class GraderSettings:
     num_replicas: int
     max_concurrent: int
     infra_retries: int
+    gpu_memory_utilization: float   # the vLLM backend's engine settings (the transformers backend ignores them)
+    tensor_parallel_size: int
+    max_model_len: int | None
+    kv_cache_gb: float | None
 
 
 @dataclass(frozen=True)
@@ -60,11 +64,12 @@ class ContaminationSettings:
 _RULES: dict[str, tuple[type, float | None]] = {
     "backend": (str, None), "device": (str, None), "batch_size": (int, 1), "max_new_tokens": (int, 1),
     "num_cpus": (float, 0), "num_gpus": (float, 0), "threads": (int, 1), "num_replicas": (int, 1),
-    "max_concurrent": (int, 1), "infra_retries": (int, 0), "num_hosts": (int, 1),
+    "max_concurrent": (int, 1), "infra_retries": (int, 0), "gpu_memory_utilization": (float, 0),
+    "tensor_parallel_size": (int, 1), "max_model_len": (int, 1), "kv_cache_gb": (float, 0), "num_hosts": (int, 1),
     "max_sessions_per_run": (int, 1), "idle_timeout_s": (float, 0), "host_cpus": (float, 0), "router_cpus": (float, 0),
     "ngram": (int, 1), "threshold": (float, 0), "max_file_mb": (float, 0), "near_copy_tol": (float, 0),
 }
-_NULLABLE = {"threads"}
+_NULLABLE = {"threads", "max_model_len", "kv_cache_gb"}
 
 
 @cache

@@ -141,6 +141,12 @@ class Evaluator:
     def _base_key(self) -> str:
         return score_key(self.base_dir, self.base_digest)
 
+    def __del__(self):
+        # Serve calls this when the replica stops: a resident engine's process (and its GPU memory) goes with it
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+
     def info(self) -> dict:
         """The base model's scores (None while a judged task's are not scored yet), its digest, the split sizes."""
         return {"baseline_score": self.baseline["eval"], "final_baseline_score": self.baseline["final"],

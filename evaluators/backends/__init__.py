@@ -4,6 +4,7 @@ from contracts import registry
 from contracts.specs import ConfigError
 from contracts.task_spec import GraderSettings
 from evaluators.backends import transformers_backend  # noqa: F401  (registers "transformers")
+from evaluators.backends import vllm_backend  # noqa: F401  (registers "vllm")
 from evaluators.backends.base import EvaluatorBackend, ModelLoadError
 
 __all__ = ["EvaluatorBackend", "ModelLoadError", "make_backend"]
@@ -15,7 +16,5 @@ def make_backend(settings: GraderSettings) -> EvaluatorBackend:
         cls = registry.lookup("backend", settings.backend)
     except ConfigError:
         raise ConfigError(f"grader.backend={settings.backend!r} is not available; this version has "
-                          f"{', '.join(map(repr, registry.names('backend')))} (a vLLM backend is planned, not built)"
-                          ) from None
-    threads = settings.threads or max(1, int(settings.num_cpus))
-    return cls(batch_size=settings.batch_size, device=settings.device, torch_threads=threads)
+                          f"{', '.join(map(repr, registry.names('backend')))}") from None
+    return cls.from_settings(settings)

@@ -1,6 +1,7 @@
 """The evaluator backend interface: load a submitted model, generate greedily in batches, fingerprint its weights.
 
-A backend is built once per grading replica and serves many submissions: load -> generate/digest -> unload.
+A backend is built once per grading replica and serves many submissions: load -> generate/digest -> unload, and
+closed when the replica stops.
 """
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ class EvaluatorBackend(ABC):
         self.device = device
         self.torch_threads = torch_threads
 
+    @classmethod
+    def from_settings(cls, settings) -> "EvaluatorBackend":
+        """The backend a task's `grader:` block (contracts.task_spec.GraderSettings) asks for."""
+        threads = settings.threads or max(1, int(settings.num_cpus))
+        return cls(batch_size=settings.batch_size, device=settings.device, torch_threads=threads)
+
     @abstractmethod
     def load(self, model_dir) -> Any:
         """Load model and tokenizer; raise ModelLoadError(reason) when the directory is not usable."""
@@ -41,3 +48,6 @@ class EvaluatorBackend(ABC):
 
     def unload(self, loaded: Any) -> None:
         """Free what load took (GPU memory above all)."""
+
+    def close(self) -> None:
+        """Give back what the backend holds between submissions (a resident engine and its process)."""

@@ -40,24 +40,10 @@ class TransformersBackend(EvaluatorBackend):
 
     def load(self, model_dir) -> LoadedModel:
         import torch
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         path = Path(model_dir)
-        if not path.is_dir():
-            raise ModelLoadError(f"{path} is not a directory")
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path} has no config.json: save the model with model.save_pretrained(dir)")
-        try:
-            config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-        except Exception as e:
-            raise ModelLoadError(f"config.json in {path} cannot be read: {_short(e)}") from e
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-        except Exception as e:
-            raise ModelLoadError(f"no usable tokenizer in {path} (save it with tokenizer.save_pretrained(dir)): "
-                                 f"{_short(e)}") from e
-        if not getattr(tokenizer, "chat_template", None):
-            raise ModelLoadError(f"the tokenizer in {path} has no chat template; the grader renders prompts with it")
+        config, tokenizer = load_config_and_tokenizer(path)
         try:
             # fp32 on CPU (bf16 matmuls are slow there); the saved dtype on GPU
             dtype = torch.float32 if self.device == "cpu" else "auto"
@@ -73,7 +59,7 @@ class TransformersBackend(EvaluatorBackend):
         vocab = model.get_input_embeddings().num_embeddings
         if len(tokenizer) > vocab:
             raise ModelLoadError(f"the tokenizer has {len(tokenizer)} tokens but the model's embedding only {vocab}")
-        eos_ids = _eos_ids(tokenizer, model)
+        eos_ids = eos_token_ids(tokenizer, model.generation_config)
         if not eos_ids:
             raise ModelLoadError(f"neither the tokenizer nor generation_config.json in {path} names an eos token")
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
@@ -85,7 +71,7 @@ class TransformersBackend(EvaluatorBackend):
         from transformers import GenerationConfig
 
         tok = loaded.tokenizer
-        prompts = [_prompt_ids(tok, conv) for conv in conversations]
+        prompts = [prompt_ids(tok, conv) for conv in conversations]
         # Longest first: batches of similar lengths waste little on padding, and an out-of-memory shows up at once.
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         gen_config = GenerationConfig(max_new_tokens=int(max_new_tokens), do_sample=False, num_beams=1,
@@ -105,12 +91,7 @@ class TransformersBackend(EvaluatorBackend):
                                             attention_mask=attention_mask.to(self.device),
                                             generation_config=gen_config)
             for row, i in enumerate(batch):
-                new = out[row, width:].tolist()
-                for n, token in enumerate(new):  # cut at the first eos (what follows is padding)
-                    if token in loaded.eos_ids:
-                        new = new[:n]
-                        break
-                replies[i] = tok.decode(new, skip_special_tokens=True)
+                replies[i] = reply_text(tok, out[row, width:].tolist(), loaded.eos_ids)
         return replies
 
     def weights_digest(self, loaded: LoadedModel) -> str:
@@ -136,15 +117,48 @@ class TransformersBackend(EvaluatorBackend):
             torch.cuda.empty_cache()
 
 
-def _prompt_ids(tokenizer, conversation: list[dict]) -> list[int]:
+def load_config_and_tokenizer(path: Path):
+    """The checks every backend makes before it loads weights: a config, a tokenizer, a chat template."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    if not path.is_dir():
+        raise ModelLoadError(f"{path} is not a directory")
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"{path} has no config.json: save the model with model.save_pretrained(dir)")
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    except Exception as e:
+        raise ModelLoadError(f"config.json in {path} cannot be read: {_short(e)}") from e
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except Exception as e:
+        raise ModelLoadError(f"no usable tokenizer in {path} (save it with tokenizer.save_pretrained(dir)): "
+                             f"{_short(e)}") from e
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(f"the tokenizer in {path} has no chat template; the grader renders prompts with it")
+    return config, tokenizer
+
+
+def prompt_ids(tokenizer, conversation: list[dict]) -> list[int]:
+    """A conversation as the grader sends it: the chat template's text with the generation prompt, tokenised."""
     # The template already holds the special tokens it wants; tokenising its text adds none (no double BOS).
     text = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def _eos_ids(tokenizer, model) -> list[int]:
+def reply_text(tokenizer, new_tokens: list[int], eos_ids: list[int]) -> str:
+    """The generated tokens as the reply's text, cut at the first eos (what follows it is padding)."""
+    for n, token in enumerate(new_tokens):
+        if token in eos_ids:
+            new_tokens = new_tokens[:n]
+            break
+    return tokenizer.decode(new_tokens, skip_special_tokens=True)
+
+
+def eos_token_ids(tokenizer, generation_config) -> list[int]:
+    """Where a reply ends: the tokenizer's eos and generation_config.json's (Qwen's chat models name two)."""
     ids = []
-    gen_eos = getattr(model.generation_config, "eos_token_id", None)
+    gen_eos = getattr(generation_config, "eos_token_id", None)
     for value in (tokenizer.eos_token_id, gen_eos):
         for i in (value if isinstance(value, list) else [value]):
             if i is not None and i not in ids:

@@ -1,0 +1,226 @@
+"""The vLLM evaluator backend (grader.backend=vllm) on the tiny model: the same replies as the transformers backend, a
+resident engine that reloads weights of the base's architecture and starts afresh for anything else, no engine
+process left behind, and the grading service over HTTP on the demo task and an interactive one.
+
+The tests that run vLLM need its environment (`scripts/setup --vllm`; `scripts/test-vllm` makes it and runs this
+file) and skip without it.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from contracts.specs import ConfigError, task_identity, to_plain
+from contracts.task import build_task
+from contracts.task_spec import TaskSpec
+from evaluators.backends import make_backend
+from evaluators.backends.base import ModelLoadError
+from evaluators.backends.transformers_backend import TransformersBackend
+from evaluators.backends.vllm_backend import VENV_VARIABLE, VLLMBackend, vllm_python
+from evaluators.base_models import resolve_base_model
+from evaluators.evaluate import evaluate
+from evaluators.score_cache import score_key, split_key
+from tests.conftest import compose
+from tests.support import counter  # noqa: F401  (registers the task "counter")
+from tests.test_grading import Run
+
+needs_vllm = pytest.mark.skipif(
+    not vllm_python().exists(),
+    reason=f"no vLLM environment at {vllm_python().parent.parent}: make it with `scripts/setup --vllm` "
+           f"(or run scripts/test-vllm; {VENV_VARIABLE} points at another one)")
+# Small KV caches: two engines run at once in the service test, on a machine others share
+VLLM_GRADER = {"backend": "vllm", "kv_cache_gb": 0.25, "threads": 1}
+COUNTER = {"name": "counter_vllm", "cls": "counter", "base_model": "tiny", "level": 3, "train_starts": [0, 5],
+           "eval_starts": [1, 2, 9, 4, 0], "target": 3, "max_steps": 4, "grader": {**VLLM_GRADER,
+                                                                                 "max_new_tokens": 8}}
+
+
+def variant(base: Path, out: Path, seed: int, **config_changes) -> Path:
+    """The base model with its weights moved by noise (same architecture), or re-made with config changes."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    if config_changes:
+        config = AutoConfig.from_pretrained(base)
+        for key, value in config_changes.items():
+            setattr(config, key, value)
+        model = AutoModelForCausalLM.from_config(config)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(base)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        model.config.use_cache = False  # as trainers save it: the same architecture still
+    model.generation_config = AutoModelForCausalLM.from_pretrained(base).generation_config
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    return out
+
+
+def group_alive(pgid: int, wait_s: float = 10.0) -> bool:
+    """Whether a process of the group still runs (zombies hold no memory), after at most wait_s for a kill to land."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        members = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(stat.parent.name)
+        if not members or time.monotonic() > deadline:
+            return bool(members)
+        time.sleep(0.2)
+
+
+def test_settings_are_grader_runtime_keys_and_mistakes_name_the_fix(monkeypatch):
+    task = to_plain(compose(["task=arithmetic"]).task)
+    with_vllm = {**task, "grader": {**task["grader"], **VLLM_GRADER, "max_model_len": 512,
+                                    "gpu_memory_utilization": 0.5, "tensor_parallel_size": 2}}
+    spec = TaskSpec.from_config(with_vllm)
+    assert (spec.grader.max_model_len, spec.grader.kv_cache_gb, spec.grader.tensor_parallel_size) == (512, 0.25, 2)
+    assert task_identity(with_vllm) == task_identity(task)  # cell ids and score caches do not move
+    with pytest.raises(ConfigError, match="tensor_parallel_size=0"):
+        TaskSpec.from_config({**task, "grader": {"tensor_parallel_size": 0}})
+    monkeypatch.setenv(VENV_VARIABLE, "/nonexistent/venv")
+    with pytest.raises(ConfigError, match=r"scripts/setup --vllm"):
+        make_backend(spec.grader)
+    import sys
+
+    with pytest.raises(ConfigError, match="kv_cache_gb"):  # on a CPU vLLM would take 90% of the machine's memory
+        VLLMBackend(device="cpu", python=sys.executable)
+
+
+@needs_vllm
+def test_same_replies_as_transformers_reload_in_place_and_a_fresh_engine_otherwise(cache_dir, tmp_path):
+    spec = TaskSpec.from_config(to_plain(compose(["task=arithmetic"]).task))
+    task = build_task(spec, str(cache_dir))
+    chats = [task.messages(row) for row in task.eval_rows()[:48]]
+    base = resolve_base_model("tiny", cache_dir / "models")
+    moved = variant(base, tmp_path / "moved", seed=1)
+    other = variant(base, tmp_path / "other", seed=2, intermediate_size=256)
+    reference = TransformersBackend(batch_size=16, device="cpu", torch_threads=1)
+
+    def transformers_replies(path: Path) -> list[str]:
+        loaded = reference.load(path)
+        try:
+            return reference.generate(loaded, chats, 16)
+        finally:
+            reference.unload(loaded)
+
+    backend = VLLMBackend(device="cpu", torch_threads=1, kv_cache_gb=0.25)
+    replies, pids = {}, {}
+    try:
+        for name, path in [("base", base), ("moved", moved), ("other", other)]:
+            loaded = backend.load(path)
+            try:
+                replies[name] = backend.generate(loaded, chats, 16)
+                pids[name] = backend.engine.pid
+                assert group_alive(pids[name], wait_s=0)
+            finally:
+                backend.unload(loaded)
+            assert replies[name] == transformers_replies(path), name
+        with pytest.raises(ModelLoadError, match="no weights"):
+            empty = tmp_path / "empty"
+            shutil.copytree(base, empty, ignore=shutil.ignore_patterns("*.safetensors"))
+            backend.load(empty)
+    finally:
+        backend.close()
+    assert replies["moved"] != replies["base"]  # the reload really changed the engine's weights
+    assert pids["moved"] == pids["base"] and backend.stats["reloads"] == 1  # same architecture: same engine
+    assert pids["other"] != pids["base"] and backend.stats["starts"] == 2  # another one: a fresh engine...
+    assert not group_alive(pids["base"])  # ...and the old one's processes are gone
+    assert not group_alive(pids["other"]) and backend.engine is None  # close() kills the engine
+
+
+@needs_vllm
+def test_an_engine_dies_with_the_process_that_started_it(cache_dir, tmp_path):
+    """A replica killed outright (SIGKILL, the out-of-memory killer) runs no teardown: the worker's watchdog kills
+    the engine's process group once its parent is gone."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    model = shutil.copytree(resolve_base_model("tiny", cache_dir / "models"), tmp_path / "model")
+    replica = subprocess.Popen([sys.executable, "-c", (
+        "from pathlib import Path; from evaluators.backends.vllm_backend import EngineProcess, VLLMBackend; "
+        "b = VLLMBackend(device='cpu', torch_threads=1, kv_cache_gb=0.25); "
+        f"EngineProcess(b.python, Path({str(model)!r}), b.engine_args, b.engine_env())")],
+        cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 120
+        while not engine_processes(model) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        [engine] = engine_processes(model)
+        time.sleep(3)  # its watchdog is a thread started first thing
+    finally:
+        replica.send_signal(signal.SIGKILL)
+        replica.wait()
+    assert not group_alive(engine, wait_s=15)
+
+
+def engine_processes(marker: Path) -> list[int]:
+    """Engine worker processes whose command line names a model under `marker` (this session's cache)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if proc.name.isdigit() and "vllm_worker.py" in cmdline and str(marker) in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+@needs_vllm
+def test_the_grading_service_grades_with_vllm_over_http(ray_cluster, cache_dir, grading_port, tmp_path):
+    """arithmetic (the demo task) and the counter (interactive, lockstep) graded by vLLM replicas: a copy of the base
+    scores the baseline, another model's replies equal the transformers backend's item by item, and removing the
+    applications leaves no engine process."""
+    import time
+
+    from ray import serve
+
+    from contracts.serving import remove
+    from evaluators.service import app_name, deploy
+
+    arithmetic = to_plain(compose(["task=arithmetic"]).task)
+    arithmetic = {**arithmetic, "name": "arithmetic_vllm", "grader": {**arithmetic["grader"], **VLLM_GRADER}}
+    base = resolve_base_model("tiny", cache_dir / "models")
+    reference = TransformersBackend(batch_size=32, device="cpu", torch_threads=1)
+    try:
+        for config in (arithmetic, COUNTER):
+            spec = TaskSpec.from_config(config)
+            deploy(spec, str(cache_dir), emulated_gpus=True)
+            grader = {"url": f"http://127.0.0.1:{grading_port}/{spec.name}", "base": base,
+                      "handle": serve.get_app_handle(app_name(spec.name))}
+            run = Run(grader, tmp_path / spec.name)
+            copy = run.submit(run.copy_base())
+            assert copy.status_code == 200, copy.text
+            assert "copy_of_base" in copy.json()["flags"] and copy.json()["score"] == copy.json()["baseline_score"]
+            moved = variant(base, run.workspace / "output" / "moved", seed=3)
+            r = run.submit("output/moved")
+            assert r.status_code == 200 and not r.json()["error"], r.text
+            graded = json.loads((cache_dir / "grading" / spec.name / split_key(config)
+                                 / f"{score_key(moved, r.json()['digest'])}.items.json").read_text())["items"]
+            expected = evaluate(build_task(spec, str(cache_dir)), reference, moved)
+            assert r.json()["score"] == pytest.approx(expected["score"])
+            assert [i["completion"] for i in graded] == [i["completion"] for i in expected["items"]]
+            if spec.level == 3:  # whole episodes agree, step by step
+                assert [i["commands"] for i in graded] == [i["commands"] for i in expected["items"]]
+        assert len(engine_processes(cache_dir)) == 2  # one resident engine per grader replica
+    finally:
+        for config in (arithmetic, COUNTER):
+            remove(app_name(config["name"]))
+    deadline = time.monotonic() + 60
+    while engine_processes(cache_dir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert engine_processes(cache_dir) == []  # the replicas' teardown killed their engines
