@@ -87,10 +87,12 @@ class CliAdapter:
 
 # -- helpers the adapters share --------------------------------------------------------------------------------
 
-def build_prompt(workspace: Path, args: dict) -> str:
-    """The task's instructions.md, after a preamble saying the agent works alone (agent.args.preamble overrides)."""
+def build_prompt(workspace: Path, args: dict, continuation: str | None = None) -> str:
+    """The task's instructions.md, after a preamble saying the agent works alone (agent.args.preamble overrides)
+    and, for a re-prompted agent, the note on what it has left."""
     preamble = args.get("preamble") or PREAMBLE
-    return preamble.format(workspace=workspace) + (workspace / "instructions.md").read_text()
+    note = continuation.strip() + "\n\n" if continuation else ""
+    return preamble.format(workspace=workspace) + note + (workspace / "instructions.md").read_text()
 
 
 def write_json(path: Path, data: dict) -> None:

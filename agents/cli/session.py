@@ -82,6 +82,7 @@ class AgentSession:
         self._tail = None
         self._asked_at_calls = -1
         self._limit: str | None = None
+        self._proxy_url = ""
         self.final_usage: dict | None = None
 
     def _proxy(self):
@@ -115,15 +116,27 @@ class AgentSession:
         openai_style = provider(driver["provider"]).openai_style
         env.update({"A2RL_DRIVER_BASE_URL": proxy_url + ("/v1" if openai_style else ""), "A2RL_DRIVER_KEY": self.key,
                     "A2RL_DRIVER_PROVIDER": driver["provider"], "A2RL_DRIVER_MODEL": driver.get("model") or ""})
-        if self.adapter is None:
-            return argv
+        self._proxy_url = proxy_url
+        return argv if self.adapter is None else self.command(workspace, env)
+
+    def command(self, workspace: Path, env: dict, continuation: str | None = None) -> list[str]:
+        """The CLI's command line (its config files written, its variables put into env), on the key start()
+        registered. continuation: what a re-prompted CLI reads before its task prompt (orchestrator/reprompt.py)."""
+        assert self.adapter is not None and self.exe is not None and self.key is not None
         args = dict(self.cell.agent.args or {})
-        ctx = Context(workspace=workspace, home=Path(env["HOME"]), prompt=build_prompt(workspace, args),
-                      driver=driver, proxy_url=proxy_url, key=self.key, args=args)
+        ctx = Context(workspace=workspace, home=Path(env["HOME"]), prompt=build_prompt(workspace, args, continuation),
+                      driver=driver_config(self.cell), proxy_url=self._proxy_url, key=self.key, args=args)
         launch = self.adapter.launch(ctx)
         env.update(launch.env)
-        env["PATH"] = os.pathsep.join([str(self.exe.parent), env.get("PATH", "")])
+        if not env.get("PATH", "").startswith(str(self.exe.parent) + os.pathsep):
+            env["PATH"] = os.pathsep.join([str(self.exe.parent), env.get("PATH", "")])
         return [str(self.exe), *launch.argv[1:]]
+
+    def usage(self) -> dict | None:
+        """The proxy's meter for this cell so far (None without a key)."""
+        if self.key is None:
+            return None
+        return self._proxy().usage.remote(self.key).result(timeout_s=RPC_TIMEOUT_S)
 
     def pump(self, stdout_path: Path, trace_path: Path, final: bool = False) -> int:
         """Parse what the CLI printed since the last call into trace records (appended durably); returns how many."""
