@@ -35,20 +35,6 @@ def driver_config(cell) -> dict:
     return {"name": d.name, "provider": d.provider, "model": d.model, **d.extra}
 
 
-def installed_version(exe: Path, package: str) -> str | None:
-    """The version in the npm package.json beside the executable's real file (None if not an npm install)."""
-    for parent in exe.resolve().parents:
-        manifest = parent / "package.json"
-        if manifest.is_file():
-            try:
-                data = json.loads(manifest.read_text())
-            except (OSError, ValueError):
-                continue
-            if data.get("name") == package:
-                return data.get("version")
-    return None
-
-
 def find_cli(adapter: CliAdapter, version: str | None, cli_path: list[str], agent: str) -> tuple[Path, str | None]:
     """The executable (not resolved, so its install prefix is known) and its installed version."""
     dirs = [str(Path(p).expanduser()) for p in cli_path]
@@ -61,7 +47,7 @@ def find_cli(adapter: CliAdapter, version: str | None, cli_path: list[str], agen
                              f"{where} on this node. Install it: `{install}` (or set cli_path=[DIR] to the folder "
                              f"that holds it)")
     exe = Path(found)
-    installed = installed_version(exe, adapter.package)
+    installed = adapter.installed_version(exe)
     if version and installed and installed != str(version):
         raise CliUnavailable(f"agent {agent} pins {adapter.package} {version} but {exe} is version {installed}. "
                              f"Install the pinned one: `{install}`, or run with agent.version={installed} "
@@ -93,15 +79,12 @@ class AgentSession:
         return serve.get_app_handle(APP_NAME)
 
     def readonly_paths(self, hidden: list[Path]) -> list[Path]:
-        """The CLI's install (and node's, for node scripts) for the sandbox to show read-only. A candidate that
+        """The CLI's install (and what it runs on: node, a Python) for the sandbox to show read-only. A candidate that
         would also uncover a hidden path (a prefix that holds the grading cache, say) is left out."""
-        if self.exe is None:
+        if self.exe is None or self.adapter is None:
             return []
         candidates = {self.exe.parent.parent if self.exe.parent.name == "bin" else self.exe.parent,
-                      self.exe.resolve().parent}
-        node = shutil.which("node", path=os.pathsep.join([str(self.exe.parent), os.environ.get("PATH", "")]))
-        if node:
-            candidates.add(Path(node).resolve().parent.parent)
+                      self.exe.resolve().parent, *self.adapter.runtime_paths(self.exe)}
         hidden = [h.resolve() for h in hidden]
         return sorted(p for p in candidates if not any(_covers(p.resolve(), h) for h in hidden))
 
@@ -127,8 +110,10 @@ class AgentSession:
         ctx = Context(workspace=workspace, home=Path(env["HOME"]), prompt=build_prompt(workspace, args, continuation),
                       driver=driver_config(self.cell), proxy_url=self._proxy_url, key=self.key, args=args)
         launch = self.adapter.launch(ctx)
+        if self.parser is not None:
+            self.parser.home = ctx.home
         env.update(launch.env)
-        if not env.get("PATH", "").startswith(str(self.exe.parent) + os.pathsep):
+        if self.adapter.on_path and not env.get("PATH", "").startswith(str(self.exe.parent) + os.pathsep):
             env["PATH"] = os.pathsep.join([str(self.exe.parent), env.get("PATH", "")])
         return [str(self.exe), *launch.argv[1:]]
 
