@@ -40,9 +40,9 @@ from tests.test_cli_agents import (
     trace,
 )
 
-pytestmark = [pytest.mark.python_agents, pytest.mark.timeout(3600)]  # a cold install takes minutes
-
-AGENTS = ("openhands",)
+# The tests that install the programs (a cold install takes minutes) run with `-m python_agents` only.
+needs_install = pytest.mark.python_agents
+pytestmark = pytest.mark.timeout(3600)
 
 
 def pin(name: str) -> tuple[PythonCli, str]:
@@ -88,7 +88,7 @@ def install(name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def agent_bins() -> dict[str, Path]:
-    return {name: install(name) for name in AGENTS}
+    return {"openhands": install("openhands")}
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +131,7 @@ def main_run(sweep_runner):
     return collect(out, fake)
 
 
+@needs_install
 @pytest.mark.parametrize("agent, driver", MAIN_CELLS)
 def test_it_completes_and_its_submission_reaches_the_ledger(main_run, agent, driver):
     row, events = main_run.of(agent, driver)
@@ -148,6 +149,7 @@ def test_it_completes_and_its_submission_reaches_the_ledger(main_run, agent, dri
     assert outcome["driver_usage"]["calls"] == len(driver_calls(events))
 
 
+@needs_install
 @pytest.mark.parametrize("agent, driver", MAIN_CELLS)
 def test_tokens_and_cost_metered_exactly(main_run, agent, driver):
     _, events = main_run.of(agent, driver)
@@ -162,6 +164,7 @@ def test_tokens_and_cost_metered_exactly(main_run, agent, driver):
     assert recorded == main_run.fake.calls - main_run.fake.failures  # the scripted 429s are retries, not calls
 
 
+@needs_install
 @pytest.mark.parametrize("agent, driver", MAIN_CELLS)
 def test_its_event_log_becomes_trace_events(main_run, agent, driver):
     _, events = main_run.of(agent, driver)
@@ -177,6 +180,7 @@ def test_its_event_log_becomes_trace_events(main_run, agent, driver):
     assert sum(u["output_tokens"] for u in usage) == sum(c["output_tokens"] for c in metered)
 
 
+@needs_install
 def test_the_real_key_never_reaches_the_agent_its_workspace_or_any_log(main_run, ray_cluster):
     for agent, driver in MAIN_CELLS:
         row, _ = main_run.of(agent, driver)
@@ -193,6 +197,7 @@ def test_the_real_key_never_reaches_the_agent_its_workspace_or_any_log(main_run,
     assert all(r.api_key == REAL_KEY for r in main_run.fake.requests)
 
 
+@needs_install
 def test_budget_exhaustion_stops_it_and_names_the_limit(sweep_runner):
     """A model that never stops asking for commands runs OpenHands out of tokens."""
     keep_working = shell_script("echo still working")
@@ -217,6 +222,7 @@ def test_budget_exhaustion_stops_it_and_names_the_limit(sweep_runner):
     assert len(answered) == fake.calls  # refused calls never reached the upstream
 
 
+@needs_install
 def test_a_reprompted_cli_starts_a_new_conversation_told_what_is_left(sweep_runner):
     fake = FakeUpstream(script=shell_script(SUBMIT, "Submitted the model. Done."), usage=USAGE,
                         expect_key=REAL_KEY).start()
@@ -240,6 +246,7 @@ def test_a_reprompted_cli_starts_a_new_conversation_told_what_is_left(sweep_runn
     assert len(sessions) == 2  # two conversations, each with its own totals
 
 
+@needs_install
 def test_a_missing_program_is_an_infra_error_naming_its_install_command(sweep_runner, tmp_path):
     fake = FakeUpstream(usage=USAGE, expect_key=REAL_KEY).start()
     empty = tmp_path / "no-agents"
@@ -256,6 +263,7 @@ def test_a_missing_program_is_an_infra_error_naming_its_install_command(sweep_ru
     assert driver_calls(events) == [] and fake.calls == 0
 
 
+@needs_install
 def test_a_different_installed_version_is_refused(agent_bins):
     adapter, version = pin("openhands")
     exe, found = find_cli(adapter, version, [str(agent_bins["openhands"])], "openhands")
@@ -263,3 +271,40 @@ def test_a_different_installed_version_is_refused(agent_bins):
     with pytest.raises(CliUnavailable, match=r"pins openhands 0\.0\.1 but .* is version 1\..*pip install "
                                              r"openhands==0\.0\.1"):
         find_cli(adapter, "0.0.1", [str(agent_bins["openhands"])], "openhands")
+
+
+# -- RD-Agent: its pinned release cannot run a cell -------------------------------------------------------------
+
+def test_rdagent_is_refused_as_an_infra_error_saying_why_before_anything_is_spent(run_sweep, monkeypatch):
+    monkeypatch.setenv(KEY_VAR, REAL_KEY)
+    fake = FakeUpstream(usage=USAGE, expect_key=REAL_KEY).start()
+    try:
+        _, _, out = run_sweep(["sweep=demo", "sweep.seeds=[0]", "agent=rdagent", "cluster.max_retries=2",
+                               drivers_override([fake_driver("fake-openai", "openai", fake, "gpt-fake")])])
+    finally:
+        fake.stop()
+    row, events = collect(out, fake).of("rdagent", "fake-openai")
+    assert row["status"] == "infra_error" and row["attempts"] == 1, row  # not retried: a retry cannot fix it
+    assert "rdagent 1.0.0 cannot run a2rl cells" in row["error"] and "RLPostTrainingScen" in row["error"]
+    assert "Authorization: Bearer" in row["error"]
+    assert driver_calls(events) == [] and fake.calls == 0
+
+
+@needs_install
+def test_the_pinned_rdagent_still_fails_as_its_refusal_says(tmp_path):
+    """Re-measures the defect the refusal names on the real install: when this fails, the release runs its loop."""
+    from agents.cli.rdagent import UNRUNNABLE
+
+    adapter, version = pin("rdagent")
+    assert version in UNRUNNABLE
+    python = install("rdagent") / "python"
+    for name in ("code", "output", "data"):
+        (tmp_path / name).mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "WORKSPACE": str(tmp_path), "TASK": "arithmetic",
+           "BASE_MODEL": "tiny", "MODEL_PATH": str(tmp_path / "model"), "DATA_PATH": str(tmp_path / "data"),
+           "OUTPUT_DIR": str(tmp_path / "output"), "LITELLM_CHAT_MODEL": "openai/gpt-fake",
+           "OPENAI_API_BASE": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "unused"}
+    proc = subprocess.run([str(python), "-m", "rdagent.app.rl.loop", "--loop-n", "1"], cwd=tmp_path, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert "Can't instantiate abstract class RLPostTrainingScen" in proc.stdout + proc.stderr

@@ -96,6 +96,10 @@ class CliAdapter:
                     return data.get("version")
         return None
 
+    def unavailable(self, version: str | None) -> str | None:
+        """Why this version cannot run a cell on any machine (a known defect of the release), else None."""
+        return None
+
     def runtime_paths(self, exe: Path) -> list[Path]:
         """What the CLI runs on besides its own install, for the sandbox to show read-only: node's prefix."""
         node = shutil.which("node", path=os.pathsep.join([str(exe.parent), os.environ.get("PATH", "")]))
@@ -103,6 +107,10 @@ class CliAdapter:
 
     def launch(self, ctx: Context) -> Launch:
         raise NotImplementedError
+
+    def command_line(self, exe: Path, argv: list[str]) -> list[str]:
+        """The command line to run: the launch's, with the executable found in its place."""
+        return [str(exe), *argv[1:]]
 
     def parser(self) -> TraceParser:
         raise NotImplementedError

@@ -37,6 +37,8 @@ def driver_config(cell) -> dict:
 
 def find_cli(adapter: CliAdapter, version: str | None, cli_path: list[str], agent: str) -> tuple[Path, str | None]:
     """The executable (not resolved, so its install prefix is known) and its installed version."""
+    if reason := adapter.unavailable(version):  # whether installed or not: installing it cannot help
+        raise CliUnavailable(f"agent {agent}: {reason}")
     dirs = [str(Path(p).expanduser()) for p in cli_path]
     search = os.pathsep.join(dirs + [os.environ.get("PATH", "")])
     install = adapter.install_command(version)
@@ -115,7 +117,7 @@ class AgentSession:
         env.update(launch.env)
         if self.adapter.on_path and not env.get("PATH", "").startswith(str(self.exe.parent) + os.pathsep):
             env["PATH"] = os.pathsep.join([str(self.exe.parent), env.get("PATH", "")])
-        return [str(self.exe), *launch.argv[1:]]
+        return self.adapter.command_line(self.exe, launch.argv)
 
     def usage(self) -> dict | None:
         """The proxy's meter for this cell so far (None without a key)."""
