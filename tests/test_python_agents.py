@@ -1,10 +1,10 @@
-"""The agent systems that are Python programs (OpenHands), driven through a2rl offline like the npm CLIs.
+"""The agent systems that are Python programs (OpenHands; RD-Agent, refused), driven through a2rl like the npm CLIs.
 
 The set-up installs each pinned version from PyPI into a virtual environment of its own under a cache reused between
 runs ($A2RL_PY_AGENT_CACHE, default ~/.cache/a2rl/py-agents/<hash of the pins>): about 750 MB and several minutes
-for OpenHands, so these tests are kept out of the default run: `scripts/test -m python_agents` runs them. Each
-program then runs in real sweeps: its adapter, the bubblewrap sandbox, the driver proxy, and the scripted upstream
-(tests/support/fake_upstream.py) speaking the provider's protocol in place of the paid API.
+for OpenHands, 2 GB for RD-Agent, so the tests that need them are kept out of the default run: `scripts/test -m
+python_agents` runs them. OpenHands then runs in real sweeps: its adapter, the bubblewrap sandbox, the driver proxy,
+and the scripted upstream (tests/support/fake_upstream.py) speaking the provider's protocol in place of the paid API.
 """
 from __future__ import annotations
 
