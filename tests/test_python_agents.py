@@ -9,6 +9,7 @@ and the scripted upstream (tests/support/fake_upstream.py) speaking the provider
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import glob
 import hashlib
 import io
@@ -64,25 +65,28 @@ def find_python(version: str) -> str | None:
 
 def install(name: str) -> Path:
     """pip-install the pinned program once into its own environment in the cache; returns its bin/. A venv cannot
-    be moved, so it is built in place and marked complete last: a half-done one is removed and built again."""
+    be moved, so it is built in place and marked complete last: a half-done one is removed and built again. A lock
+    keeps two sessions from building it at once."""
     adapter, version = pin(name)
     key = hashlib.sha256(f"{adapter.package}=={version} python{adapter.python}".encode()).hexdigest()[:12]
     root = Path(os.environ.get("A2RL_PY_AGENT_CACHE") or Path.home() / ".cache" / "a2rl" / "py-agents").expanduser()
     env_dir = root / key / name
-    if (env_dir / ".a2rl-complete").exists():
-        return env_dir / "bin"
-    python = find_python(adapter.python)
-    if python is None:
-        pytest.skip(f"python{adapter.python} is not installed (the {name} agent needs it)")
-    shutil.rmtree(env_dir, ignore_errors=True)
     env_dir.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([python, "-m", "venv", str(env_dir)], check=True, timeout=300)
-    proc = subprocess.run([str(env_dir / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-                           f"{adapter.package}=={version}"], capture_output=True, text=True, timeout=3000)
-    if proc.returncode != 0:
+    with open(env_dir.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another session installing the same pin: wait for it, not clobber it
+        if (env_dir / ".a2rl-complete").exists():
+            return env_dir / "bin"
+        python = find_python(adapter.python)
+        if python is None:
+            pytest.skip(f"python{adapter.python} is not installed (the {name} agent needs it)")
         shutil.rmtree(env_dir, ignore_errors=True)
-        pytest.fail(f"pip install of {adapter.package}=={version} failed:\n{proc.stderr[-3000:]}")
-    (env_dir / ".a2rl-complete").write_text(version)
+        subprocess.run([python, "-m", "venv", str(env_dir)], check=True, timeout=300)
+        proc = subprocess.run([str(env_dir / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
+                               f"{adapter.package}=={version}"], capture_output=True, text=True, timeout=3000)
+        if proc.returncode != 0:
+            shutil.rmtree(env_dir, ignore_errors=True)
+            pytest.fail(f"pip install of {adapter.package}=={version} failed:\n{proc.stderr[-3000:]}")
+        (env_dir / ".a2rl-complete").write_text(version)
     return env_dir / "bin"
 
 
