@@ -15,6 +15,7 @@ from pathlib import Path
 SUBMISSIONS = "submissions.jsonl"
 DRIVER_CALLS = "driver_calls.jsonl"
 TRACE = "trace.jsonl"  # a CLI agent's own trace, parsed into events (agents/cli/base.py lists their types)
+REPROMPTS = "reprompts.jsonl"  # each time the cell started its agent again (orchestrator/reprompt.py)
 ATTEMPT = "attempt.json"
 OUTCOME = "outcome.json"
 

@@ -28,6 +28,10 @@ class Budget:
     # True: the wall-time budget counts working time only: what the agent's driver calls spent waiting on the
     # provider's rate limits (the proxy's backoff after a 429/5xx) moves its deadline back (Inspect's working limit)
     working_time: bool = False
+    # Re-prompting (off at 0, as in the paper): an agent that exits by itself with more than reprompt_min_left of its
+    # wall time left is started again in its workspace with a continuation prompt, at most max_reprompts times.
+    max_reprompts: int = 0
+    reprompt_min_left: float = 0.25
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "budget") -> "Budget":
@@ -50,6 +54,13 @@ class Budget:
             raise ConfigError(f"{where}.working_time={d['working_time']!r} must be true or false")
         if d.get("cpus", 1) == 0:
             raise ConfigError(f"{where}.cpus=0: a cell needs some CPU to run its agent; use e.g. 0.5")
+        reprompts = d.get("max_reprompts", 0)
+        if not isinstance(reprompts, int) or isinstance(reprompts, bool) or reprompts < 0:
+            raise ConfigError(f"{where}.max_reprompts={reprompts!r} must be a whole number >= 0 (0: no re-prompting)")
+        share = d.get("reprompt_min_left", 0.25)
+        if not isinstance(share, (int, float)) or not 0 <= share < 1:
+            raise ConfigError(f"{where}.reprompt_min_left={share!r} must be a share of the wall time in [0, 1), "
+                              "e.g. 0.25: re-prompt only with more than a quarter of it left")
         return cls(**d)
 
     @property
@@ -73,6 +84,7 @@ class AgentSpec:
 
 # AgentSpec fields added after ledgers existed: left out of a cell's identity while unset, so older cells keep ids.
 _LATER_AGENT_FIELDS = ("adapter", "version")
+_REPROMPT_FIELDS = ("max_reprompts", "reprompt_min_left")
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,9 @@ def _identity(spec: CellSpec) -> dict:
             d["agent"].pop(key, None)
     if not d["budget"].get("working_time"):  # added later: cells without it keep their ids
         d["budget"].pop("working_time", None)
+    if not d["budget"].get("max_reprompts"):  # cells without re-prompting keep the ids they had before it existed
+        for key in _REPROMPT_FIELDS:
+            d["budget"].pop(key, None)
     return d
 
 

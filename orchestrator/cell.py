@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ray import serve, tune
 
@@ -23,14 +23,31 @@ from agents.cli.session import AgentSession, CliUnavailable
 from agents.kinds import AgentKind, agent_kind
 from contracts import registry
 from contracts.layout import Layout
-from contracts.records import ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, TRACE, JsonlTail, write_json_durably
+from contracts.records import (
+    ATTEMPT,
+    DRIVER_CALLS,
+    OUTCOME,
+    REPROMPTS,
+    SUBMISSIONS,
+    TRACE,
+    JsonlTail,
+    append_jsonl,
+    write_json_durably,
+)
 from contracts.specs import CellSpec
 from contracts.task import is_interactive, load_task, prompt_file
 from contracts.task_spec import TaskSpec
-from orchestrator import sandbox
+from orchestrator import reprompt, sandbox
 from orchestrator.cell_report import CellReport, Outcome
 from orchestrator.ledger import AGENT_ERROR, BUDGET_EXHAUSTED, COMPLETED, INFRA_ERROR, RUNNING
-from orchestrator.records import driver_event, outcome_event, status_event, submission_event, trace_event
+from orchestrator.records import (
+    driver_event,
+    outcome_event,
+    reprompt_event,
+    status_event,
+    submission_event,
+    trace_event,
+)
 from orchestrator.workspace import agent_env, materialise, task_material
 
 POLL_S = 0.2
@@ -106,10 +123,12 @@ class Records:
     driver_calls: int = 0
     waited_s: float = 0.0           # what the driver calls spent waiting on the provider's rate limits
     trace_lines: int = 0
+    reprompts: int = 0              # counted by the cell as it restarts the agent
     _tails: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._tails = {name: JsonlTail(self.attempt.dir / name) for name in (SUBMISSIONS, DRIVER_CALLS, TRACE)}
+        self._tails = {name: JsonlTail(self.attempt.dir / name)
+                       for name in (SUBMISSIONS, DRIVER_CALLS, TRACE, REPROMPTS)}
 
     def new_events(self, final: bool = False) -> list[dict]:
         cell_id, n, t0 = self.attempt.cell.cell_id, self.attempt.number, self.attempt.started
@@ -129,6 +148,8 @@ class Records:
             events.append(driver_event(cell_id, n, t0, rec, self.driver_calls))
             self.driver_calls += 1
             self.waited_s += float(rec.get("wait_s") or 0.0)
+        for rec in self._tails[REPROMPTS].read_new():
+            events.append(reprompt_event(cell_id, n, t0, rec))
         return events
 
 
@@ -143,6 +164,9 @@ class RunningAgent:
     process: sandbox.AgentProcess
     started: float
     grader: Any                     # the task's grading deployment handle
+    argv: list[str]
+    env: dict
+    spawn: Callable[[list[str], dict], sandbox.AgentProcess]   # (re)starts it in its sandbox
     judge_agreement: dict | None = None  # the task's LLM judge asked twice on a sample: how often it agreed
     budget_deadline: float = 0.0    # the deadline the wall-time budget set (deadline moves with working time)
 
@@ -207,16 +231,37 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
             "max_submissions": cell.budget.max_submissions,
             "driver_key": session.key if session is not None else None}),  # /status shows its tokens
             opts["eval_timeout_s"] + opts["service_timeout_s"], f"the grader of {cell.task_name} (registering the run)")
-        process = sandbox.start(argv, workspace, env, attempt.dir / "agent.stdout", attempt.dir / "agent.stderr",
-                                sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly, settings=settings,
-                                cell_id=cell.cell_id, forward=reachable(opts),
-                                memory_bytes=settings.memory_bytes(cell.budget))
+
+        def spawn(argv: list[str], env: dict) -> sandbox.AgentProcess:
+            return sandbox.start(argv, workspace, env, attempt.dir / "agent.stdout", attempt.dir / "agent.stderr",
+                                 sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly, settings=settings,
+                                 cell_id=cell.cell_id, forward=reachable(opts),
+                                 memory_bytes=settings.memory_bytes(cell.budget))
+        process = spawn(argv, env)
     except BaseException:
         if session is not None:
             session.close()
         raise
     return RunningAgent(workspace, token, deadline, registered["baseline_score"], is_interactive(spec), process,
-                        time.time(), grader, registered.get("judge_agreement"))
+                        time.time(), grader, argv, env, spawn, registered.get("judge_agreement"))
+
+
+def restart(attempt: Attempt, agent: RunningAgent, records: Records, opts: dict) -> None:
+    """Start the agent again in its workspace with a continuation prompt (orchestrator/reprompt.py), on the same
+    key, grader run and deadline. What its last session left running is killed first."""
+    agent.process.kill_group(opts["kill_grace_s"])
+    agent.process.close()
+    session, budget, now = records.session, attempt.cell.budget, time.time()
+    n = records.reprompts + 1
+    text = reprompt.continuation(budget, n, agent.deadline - now, records.submissions, records.best,
+                                 agent.baseline_score, session.usage() if session is not None else None)
+    (agent.workspace / reprompt.PROMPT_FILE).write_text(text)
+    env = {**agent.env, "A2RL_REPROMPT": str(n)}
+    argv = session.command(agent.workspace, env, text) if session is not None and session.adapter else agent.argv
+    append_jsonl(attempt.dir / REPROMPTS, {  # durable before the agent runs again
+        "t": now, "n": n, "time_left_s": agent.deadline - now, "submissions": records.submissions,
+        "best_score": records.best, "prompt": text})
+    agent.process = agent.spawn(argv, env)
 
 
 def watch(attempt: Attempt, agent: RunningAgent, records: Records) -> tuple[int | None, str | None, str | None]:
@@ -230,6 +275,9 @@ def watch(attempt: Attempt, agent: RunningAgent, records: Records) -> tuple[int 
                            n_submissions=records.submissions)
         exit_code = agent.process.poll()
         if exit_code is not None:
+            if events := records.new_events():  # what it did last (a re-prompt's decision reads the counts)
+                attempt.report(events=events, baseline_score=agent.baseline_score, best_score=records.best,
+                               n_submissions=records.submissions)
             return exit_code, None, None
         if budget.working_time and agent.budget_deadline + records.waited_s > agent.deadline:
             agent.deadline = agent.budget_deadline + records.waited_s  # the rate limits' waits do not count
@@ -309,6 +357,7 @@ def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_cod
                        # working vs waiting on the driver's rate limits (working_time: only the first counts)
                        "waiting_s": records.waited_s, "working_s": agent_ended - agent.started - records.waited_s,
                        **({"resource_limit": resource} if resource else {}),
+                       **({"reprompts": records.reprompts} if attempt.cell.budget.max_reprompts else {}),
                        **({"grader_error": left["grader_error"]} if left.get("grader_error") else {}),
                        **({"final": left["final"]} if left.get("final") else {}),
                        # hidden eval items in what the agent wrote: at a submission, or in what it left at the end
@@ -334,6 +383,13 @@ def run_cell(config: dict) -> None:
     exit_code, limit, resource, left = None, None, None, {}
     try:
         exit_code, limit, resource = watch(attempt, agent, records)
+        while reprompt.due(cell.budget, exit_code, limit, resource, deadline=agent.deadline,
+                           reprompts=records.reprompts, submissions=records.submissions,
+                           driver_spent=lambda: session is not None and session.limit_hit(records.driver_calls)
+                           is not None):
+            restart(attempt, agent, records, opts)
+            records.reprompts += 1  # its record line is read back as an event; this counts it now
+            exit_code, limit, resource = watch(attempt, agent, records)
     finally:
         agent_ended = time.time()
         left = stop(attempt, agent, session, opts)

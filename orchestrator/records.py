@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from contracts.layout import Layout
-from contracts.records import ATTEMPT, DRIVER_CALLS, OUTCOME, SUBMISSIONS, TRACE, read_jsonl
+from contracts.records import ATTEMPT, DRIVER_CALLS, OUTCOME, REPROMPTS, SUBMISSIONS, TRACE, read_jsonl
 from orchestrator.ledger import ERRORED, FINISHED, PENDING, RUNNING, Ledger
 
 
@@ -26,6 +26,11 @@ def driver_event(cell_id: str, attempt: int, started_at: float, rec: dict, index
 def trace_event(cell_id: str, attempt: int, started_at: float, rec: dict, index: int) -> dict:
     return {"t": rec["t"] - started_at, "kind": "agent_trace", "payload": rec,
             "key": f"{cell_id}:{attempt}:trace:{index}"}
+
+
+def reprompt_event(cell_id: str, attempt: int, started_at: float, rec: dict) -> dict:
+    return {"t": rec["t"] - started_at, "kind": "reprompt", "payload": rec,
+            "key": f"{cell_id}:{attempt}:reprompt:{rec['n']}"}
 
 
 def outcome_event(cell_id: str, attempt: int, outcome: dict) -> dict:
@@ -48,6 +53,7 @@ def attempt_events(layout: Layout, cell_id: str, attempt: int) -> tuple[list[dic
     events += [submission_event(cell_id, attempt, started_at, r) for r in read_jsonl(adir / SUBMISSIONS)]
     events += [driver_event(cell_id, attempt, started_at, r, i) for i, r in enumerate(read_jsonl(adir / DRIVER_CALLS))]
     events += [trace_event(cell_id, attempt, started_at, r, i) for i, r in enumerate(read_jsonl(adir / TRACE))]
+    events += [reprompt_event(cell_id, attempt, started_at, r) for r in read_jsonl(adir / REPROMPTS)]
     outcome = json.loads((adir / OUTCOME).read_text()) if (adir / OUTCOME).exists() else None
     if outcome:
         events.append(outcome_event(cell_id, attempt, outcome))

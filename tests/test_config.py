@@ -151,8 +151,9 @@ def test_paper_grid_crosses_each_cli_with_the_drivers_it_speaks():
     pairs = {(c.agent.name, c.driver.name) for c in cells}
     assert ("claude_code", "claude-sonnet") in pairs and ("claude_code", "gpt") not in pairs
     assert {d for a, d in pairs if a == "opencode"} == {"claude-sonnet", "gpt", "gemini"}
+    assert {d for a, d in pairs if a in ("openhands", "rdagent")} == {"claude-sonnet", "gpt", "gemini"}
     assert {d for a, d in pairs if a in ("sft", "copy_base", "noop")} == {"none"}
-    assert len(cells) == (6 + 3) * 6 * 3  # (CLI x driver pairs + reference agents) x tasks x seeds
+    assert len(cells) == (12 + 3) * 6 * 3  # (CLI x driver pairs + reference agents) x tasks x seeds
     tasks = {c.task_name: c.task for c in cells}
     assert sorted(tasks) == ["alfworld", "alpacaeval", "deepsearchqa", "gsm8k", "humaneval", "webshop"]
     # the paper's base models, on top of each task's own file; every grader on a GPU of its own
@@ -170,10 +171,12 @@ def test_paper_grid_dry_run_says_what_is_missing_and_starts_nothing(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = proc.stdout
-    assert "162 cells (162 new)" in text and "1944.0 GPU-hours" in text
+    assert "270 cells (270 new)" in text and "3240.0 GPU-hours" in text
     assert "graders: 6 GPUs of their own (6 tasks)" in text and "72.0 GPU-hours" in text
     for expected in ("key: $ANTHROPIC_API_KEY is not set", "key: $OPENAI_API_KEY is not set (judge gpt)",
-                     "agent CLI: agent claude_code", "task gsm8k: openai/gsm8k", "alpacaeval: eval set",
+                     "agent CLI: agent claude_code", "agent CLI: agent openhands: the `openhands` executable",
+                     "agent CLI: agent rdagent: rdagent 1.0.0 cannot run a2rl cells", "task gsm8k: openai/gsm8k",
+                     "alpacaeval: eval set",
                      "base model Qwen/Qwen2.5-1.5B-Instruct (webshop)"):
         assert expected in text, expected
     assert not (tmp_path / "out" / "ledger.sqlite").exists()

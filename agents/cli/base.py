@@ -22,6 +22,8 @@ the full native trace stays in the attempt's agent.stdout.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +62,7 @@ class Launch:
 
 class TraceParser:
     """Native trace lines (decoded JSON objects) in, trace events out. One instance per run: it may keep state."""
+    home: Path | None = None    # the agent's HOME (set by the session), where a CLI may keep records of its own
 
     def feed(self, obj: dict) -> list[dict]:
         raise NotImplementedError
@@ -70,27 +73,89 @@ class TraceParser:
 
 
 class CliAdapter:
+    """A CLI installed from the npm registry (PythonCli: from PyPI, into an environment of its own)."""
     name: str = ""              # the adapter's name (conf/agent/*.yaml `adapter:`)
     executable: str = ""        # looked up in cli_path, then PATH
     package: str = ""           # the npm package that installs it
     providers: tuple[str, ...] = ()   # driver providers whose wire protocol the CLI speaks
+    on_path: bool = True        # its folder goes first on the agent's PATH (an npm CLI's siblings)
 
     def install_command(self, version: str | None) -> str:
         return f"npm install -g {self.package}" + (f"@{version}" if version else "")
 
+    def installed_version(self, exe: Path) -> str | None:
+        """The version in the npm package.json beside the executable's real file (None if not an npm install)."""
+        for parent in exe.resolve().parents:
+            manifest = parent / "package.json"
+            if manifest.is_file():
+                try:
+                    data = json.loads(manifest.read_text())
+                except (OSError, ValueError):
+                    continue
+                if data.get("name") == self.package:
+                    return data.get("version")
+        return None
+
+    def unavailable(self, version: str | None) -> str | None:
+        """Why this version cannot run a cell on any machine (a known defect of the release), else None."""
+        return None
+
+    def runtime_paths(self, exe: Path) -> list[Path]:
+        """What the CLI runs on besides its own install, for the sandbox to show read-only: node's prefix."""
+        node = shutil.which("node", path=os.pathsep.join([str(exe.parent), os.environ.get("PATH", "")]))
+        return [Path(node).resolve().parent.parent] if node else []
+
     def launch(self, ctx: Context) -> Launch:
         raise NotImplementedError
+
+    def command_line(self, exe: Path, argv: list[str]) -> list[str]:
+        """The command line to run: the launch's, with the executable found in its place."""
+        return [str(exe), *argv[1:]]
 
     def parser(self) -> TraceParser:
         raise NotImplementedError
 
 
+class PythonCli(CliAdapter):
+    """A CLI from PyPI, installed into a virtual environment of its own (its pins differ from a2rl's): the
+    executable is its console script in that environment's bin/, found through cli_path."""
+    python: str = "3.11"        # the Python it needs (the environment is made with pythonX.Y)
+    on_path = False             # its bin/ has a python without torch: the agent's `python` must stay a2rl's
+
+    def install_command(self, version: str | None) -> str:
+        env = f"~/a2rl-agents/{self.name}"
+        pin = f"{self.package}=={version}" if version else self.package
+        return f"python{self.python} -m venv {env} && {env}/bin/pip install {pin}"
+
+    def installed_version(self, exe: Path) -> str | None:
+        """The version in the environment's dist-info of the package (None if the executable is not in one)."""
+        dist = self.package.replace("-", "_").lower()
+        for meta in sorted(exe.parent.parent.glob(f"lib/python*/site-packages/{dist}-*.dist-info/METADATA")):
+            for line in meta.read_text(errors="replace").splitlines():
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
+        return None
+
+    def runtime_paths(self, exe: Path) -> list[Path]:
+        """The interpreter the environment was made from (its pyvenv.cfg `home`), which may lie in a hidden $HOME."""
+        cfg = exe.parent.parent / "pyvenv.cfg"
+        if not cfg.is_file():
+            return []
+        for line in cfg.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip():
+                return [Path(value.strip()).resolve().parent]
+        return []
+
+
 # -- helpers the adapters share --------------------------------------------------------------------------------
 
-def build_prompt(workspace: Path, args: dict) -> str:
-    """The task's instructions.md, after a preamble saying the agent works alone (agent.args.preamble overrides)."""
+def build_prompt(workspace: Path, args: dict, continuation: str | None = None) -> str:
+    """The task's instructions.md, after a preamble saying the agent works alone (agent.args.preamble overrides)
+    and, for a re-prompted agent, the note on what it has left."""
     preamble = args.get("preamble") or PREAMBLE
-    return preamble.format(workspace=workspace) + (workspace / "instructions.md").read_text()
+    note = continuation.strip() + "\n\n" if continuation else ""
+    return preamble.format(workspace=workspace) + note + (workspace / "instructions.md").read_text()
 
 
 def write_json(path: Path, data: dict) -> None:

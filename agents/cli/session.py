@@ -35,22 +35,10 @@ def driver_config(cell) -> dict:
     return {"name": d.name, "provider": d.provider, "model": d.model, **d.extra}
 
 
-def installed_version(exe: Path, package: str) -> str | None:
-    """The version in the npm package.json beside the executable's real file (None if not an npm install)."""
-    for parent in exe.resolve().parents:
-        manifest = parent / "package.json"
-        if manifest.is_file():
-            try:
-                data = json.loads(manifest.read_text())
-            except (OSError, ValueError):
-                continue
-            if data.get("name") == package:
-                return data.get("version")
-    return None
-
-
 def find_cli(adapter: CliAdapter, version: str | None, cli_path: list[str], agent: str) -> tuple[Path, str | None]:
     """The executable (not resolved, so its install prefix is known) and its installed version."""
+    if reason := adapter.unavailable(version):  # whether installed or not: installing it cannot help
+        raise CliUnavailable(f"agent {agent}: {reason}")
     dirs = [str(Path(p).expanduser()) for p in cli_path]
     search = os.pathsep.join(dirs + [os.environ.get("PATH", "")])
     install = adapter.install_command(version)
@@ -61,7 +49,7 @@ def find_cli(adapter: CliAdapter, version: str | None, cli_path: list[str], agen
                              f"{where} on this node. Install it: `{install}` (or set cli_path=[DIR] to the folder "
                              f"that holds it)")
     exe = Path(found)
-    installed = installed_version(exe, adapter.package)
+    installed = adapter.installed_version(exe)
     if version and installed and installed != str(version):
         raise CliUnavailable(f"agent {agent} pins {adapter.package} {version} but {exe} is version {installed}. "
                              f"Install the pinned one: `{install}`, or run with agent.version={installed} "
@@ -82,6 +70,7 @@ class AgentSession:
         self._tail = None
         self._asked_at_calls = -1
         self._limit: str | None = None
+        self._proxy_url = ""
         self.final_usage: dict | None = None
 
     def _proxy(self):
@@ -92,15 +81,12 @@ class AgentSession:
         return serve.get_app_handle(APP_NAME)
 
     def readonly_paths(self, hidden: list[Path]) -> list[Path]:
-        """The CLI's install (and node's, for node scripts) for the sandbox to show read-only. A candidate that
+        """The CLI's install (and what it runs on: node, a Python) for the sandbox to show read-only. A candidate that
         would also uncover a hidden path (a prefix that holds the grading cache, say) is left out."""
-        if self.exe is None:
+        if self.exe is None or self.adapter is None:
             return []
         candidates = {self.exe.parent.parent if self.exe.parent.name == "bin" else self.exe.parent,
-                      self.exe.resolve().parent}
-        node = shutil.which("node", path=os.pathsep.join([str(self.exe.parent), os.environ.get("PATH", "")]))
-        if node:
-            candidates.add(Path(node).resolve().parent.parent)
+                      self.exe.resolve().parent, *self.adapter.runtime_paths(self.exe)}
         hidden = [h.resolve() for h in hidden]
         return sorted(p for p in candidates if not any(_covers(p.resolve(), h) for h in hidden))
 
@@ -115,15 +101,29 @@ class AgentSession:
         openai_style = provider(driver["provider"]).openai_style
         env.update({"A2RL_DRIVER_BASE_URL": proxy_url + ("/v1" if openai_style else ""), "A2RL_DRIVER_KEY": self.key,
                     "A2RL_DRIVER_PROVIDER": driver["provider"], "A2RL_DRIVER_MODEL": driver.get("model") or ""})
-        if self.adapter is None:
-            return argv
+        self._proxy_url = proxy_url
+        return argv if self.adapter is None else self.command(workspace, env)
+
+    def command(self, workspace: Path, env: dict, continuation: str | None = None) -> list[str]:
+        """The CLI's command line (its config files written, its variables put into env), on the key start()
+        registered. continuation: what a re-prompted CLI reads before its task prompt (orchestrator/reprompt.py)."""
+        assert self.adapter is not None and self.exe is not None and self.key is not None
         args = dict(self.cell.agent.args or {})
-        ctx = Context(workspace=workspace, home=Path(env["HOME"]), prompt=build_prompt(workspace, args),
-                      driver=driver, proxy_url=proxy_url, key=self.key, args=args)
+        ctx = Context(workspace=workspace, home=Path(env["HOME"]), prompt=build_prompt(workspace, args, continuation),
+                      driver=driver_config(self.cell), proxy_url=self._proxy_url, key=self.key, args=args)
         launch = self.adapter.launch(ctx)
+        if self.parser is not None:
+            self.parser.home = ctx.home
         env.update(launch.env)
-        env["PATH"] = os.pathsep.join([str(self.exe.parent), env.get("PATH", "")])
-        return [str(self.exe), *launch.argv[1:]]
+        if self.adapter.on_path and not env.get("PATH", "").startswith(str(self.exe.parent) + os.pathsep):
+            env["PATH"] = os.pathsep.join([str(self.exe.parent), env.get("PATH", "")])
+        return self.adapter.command_line(self.exe, launch.argv)
+
+    def usage(self) -> dict | None:
+        """The proxy's meter for this cell so far (None without a key)."""
+        if self.key is None:
+            return None
+        return self._proxy().usage.remote(self.key).result(timeout_s=RPC_TIMEOUT_S)
 
     def pump(self, stdout_path: Path, trace_path: Path, final: bool = False) -> int:
         """Parse what the CLI printed since the last call into trace records (appended durably); returns how many."""

@@ -156,6 +156,7 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
     failure_classes = (done.groupby(["agent", "driver", "outcome_class"]).size().rename("n").reset_index()
                        if len(done) else pd.DataFrame(columns=["agent", "driver", "outcome_class", "n"]))
 
+    tables_out = {"reprompting": reprompting_table(runs["exclude"])} if _reprompting(cells) else {}
     curve_frames = {axis: curves.curves(cells, events, axis) for axis in curves.AXES}
     curve_table = pd.concat([f.assign(axis=a) for a, f in curve_frames.items() if len(f)], ignore_index=True) \
         if any(len(f) for f in curve_frames.values()) else pd.DataFrame(columns=GROUP + ["x", "mean", "axis"])
@@ -170,8 +171,26 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
             "pass_at_k": pd.concat(pass_k, ignore_index=True),
             "failure_classes": failure_classes,
             "curves": curve_table,
+            **tables_out,
         },
     }
+
+
+def _reprompting(cells: pd.DataFrame) -> bool:
+    return "budget_max_reprompts" in cells and bool((cells["budget_max_reprompts"].fillna(0) > 0).any())
+
+
+def reprompting_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Results split by how often the agent was re-prompted (infra errors excluded): the improvement when it first
+    stopped by itself (what a run without re-prompting would have scored) against the final one."""
+    cols = GROUP + ["reprompts", "n", "mean_first_stop", "mean_final", "mean_gain"]
+    if not len(runs):
+        return pd.DataFrame(columns=cols)
+    r = runs.assign(first=runs["improvement_first_stop"].fillna(0.0).astype(float))
+    r["gain"] = r["value"] - r["first"]
+    return (r.groupby(GROUP + ["reprompts"], sort=True)
+            .agg(n=("value", "size"), mean_first_stop=("first", "mean"), mean_final=("value", "mean"),
+                 mean_gain=("gain", "mean")).reset_index()[cols])
 
 
 def _write_figures(out: dict, report_dir: Path) -> list[Path]:
@@ -369,6 +388,18 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
                       f"{MISSING}: the group has fewer than k runs, so no estimate.", ""]
         else:
             lines += ["No finished cells yet.", ""]
+
+    if "reprompting" in t:
+        lines += ["## Re-prompting", "",
+                  "Cells whose budget re-prompts an agent that stops early (budget.max_reprompts), split by how often "
+                  "it was started again. \"first stop\": the improvement it had when it first stopped by itself, what "
+                  "a run without re-prompting would have scored; \"final\": with the re-prompts. Infra errors "
+                  "excluded.", ""]
+        rows = [list(r[:len(GROUP)]) + [r.reprompts, r.n, fmt(r.mean_first_stop, signed=True),
+                                        fmt(r.mean_final, signed=True), fmt(r.mean_gain, signed=True)]
+                for r in t["reprompting"].itertuples(index=False)]
+        lines += [md_table(GROUP + ["re-prompts", "runs", "mean at first stop", "mean final", "mean gain"], rows)
+                  if rows else "No finished cells yet.", ""]
 
     lines += ["## Outcomes", ""]
     fc = t["failure_classes"]

@@ -43,7 +43,7 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
     attempt = final_attempt(cell, events)
     events = sorted((e for e in events if e["attempt"] == attempt), key=lambda e: e["t"])
     payloads = {kind: [e for e in events if e["kind"] == kind] for kind in ("submission", "driver_usage", "outcome",
-                                                                             "agent_exit")}
+                                                                             "agent_exit", "reprompt")}
     spec = json.loads(cell["spec"]) if isinstance(cell.get("spec"), str) else (cell.get("spec") or {})
     budget = spec.get("budget", {})
 
@@ -115,6 +115,9 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         "final": outcome.get("final"),  # the held-out score of its final submission
         "contaminated": outcome.get("contaminated"), "contamination": outcome.get("contamination"),
         "judge_agreement": outcome.get("judge_agreement"),  # an LLM judge's repeat agreement on a sample
+        # each time the agent stopped early and was started again (budget.max_reprompts): when, with what left
+        "reprompts": [{"t": e["t"], "time_left_s": e["payload"].get("time_left_s"),
+                       "best_score": e["payload"].get("best_score")} for e in payloads["reprompt"]],
         "budget": budget,
         "budget_used": _budget_used(budget, elapsed, n_subs, tokens if metered else None, cost if metered else None),
         "trajectory": trajectory,
@@ -267,6 +270,10 @@ def render_markdown(r: dict) -> str:
         env = r["env_usage"]
         lines.append(f"- Environment (rollout service): {env['resets']} episodes started, {env['steps']} steps, "
                      f"{env['wins']} won")
+    if r.get("reprompts"):
+        lines.append(f"- Re-prompted {len(r['reprompts'])} times (stopped early and started again), at "
+                     + ", ".join(f"{_secs(x['t'])} ({_secs(x['time_left_s'])} left, best {fmt(x['best_score'])})"
+                                 for x in r["reprompts"]))
     if r["error"]:
         lines.append(f"- Error: `{_one_line(r['error'])}`")
     lines += ["", "## Score trajectory", ""]

@@ -30,7 +30,7 @@ INFRA_POLICIES = ("failure", "exclude")
 CELL_COLUMNS = ["cell_id", "sweep", "agent", "driver", "task", "seed", "status", "attempts", "baseline_score",
                 "best_score", "improvement", "n_submissions", "limit_hit", "started_at", "ended_at", "error", "spec",
                 "final_score", "final_baseline_score", "final_improvement", "contaminated"]
-BUDGET_KEYS = ("wall_time_s", "max_submissions", "max_tokens", "max_cost_usd", "cpus", "gpus")
+BUDGET_KEYS = ("wall_time_s", "max_submissions", "max_tokens", "max_cost_usd", "cpus", "gpus", "max_reprompts")
 SUBMISSION_KEYS = ("submission_id", "score", "baseline_score", "improvement", "best", "error", "elapsed_s",
                    "code_commit")
 USAGE_KEYS = ("input_tokens", "output_tokens", "cached_tokens", "cost_usd")
@@ -60,7 +60,8 @@ def load(output_dir: str | Path, filters: dict | None = None) -> tuple[pd.DataFr
     """The export-ready frames: cells (with budget columns) and events (flattened, with cell labels)."""
     cells, events = read_ledger(output_dir)
     cells = filter_cells(cells, filters)
-    return cells_frame(cells), events_frame(cells, events[events["cell_id"].isin(cells["cell_id"])])
+    events = events_frame(cells, events[events["cell_id"].isin(cells["cell_id"])])
+    return with_reprompts(cells_frame(cells), events), events
 
 
 def filter_cells(cells: pd.DataFrame, filters: dict | None) -> pd.DataFrame:
@@ -127,6 +128,26 @@ def events_frame(cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     out["seed"] = out["seed"].astype("Int64")
     out["error"] = out["error"].astype(object)
     return out.reset_index(drop=True)
+
+
+def with_reprompts(cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """Adds `reprompts` (how often the final attempt's agent was started again, orchestrator/reprompt.py) and
+    `improvement_first_stop` (the improvement it had when it first stopped by itself: what a run without
+    re-prompting would have scored; the final improvement when it was never re-prompted)."""
+    final = events[events["final_attempt"]] if len(events) else events
+    first_stop: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for cell_id, ev in final.groupby("cell_id") if len(final) else ():
+        restarts = ev[ev["kind"] == "reprompt"]
+        counts[cell_id] = len(restarts)
+        if len(restarts):
+            subs = ev[(ev["kind"] == "submission") & (ev["t"] < restarts["t"].min())]
+            valid = subs[subs["score"].notna() & subs["error"].isna()]
+            first_stop[cell_id] = float(valid["improvement"].max()) if len(valid) else np.nan
+    out = cells.copy()
+    out["reprompts"] = [counts.get(c, 0) for c in out["cell_id"]]
+    out["improvement_first_stop"] = [first_stop.get(c, imp) for c, imp in zip(out["cell_id"], out["improvement"])]
+    return out
 
 
 def submissions(events: pd.DataFrame) -> pd.DataFrame:

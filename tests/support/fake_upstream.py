@@ -69,7 +69,7 @@ def default_script(req: FakeRequest) -> Reply:
     return Reply(text="Done." if req.tool_results else "Hello from the fake upstream.")
 
 
-SHELL_TOOLS = ("Bash", "bash", "shell", "exec_command", "run_shell_command", "local_shell")
+SHELL_TOOLS = ("Bash", "bash", "shell", "exec_command", "run_shell_command", "local_shell", "terminal")
 
 
 def shell_script(command: str, done_text: str = "Done.") -> Script:
@@ -80,10 +80,15 @@ def shell_script(command: str, done_text: str = "Done.") -> Script:
         name = next((n for n in SHELL_TOOLS if n in req.tools), None)
         if name is None:
             return Reply(text=done_text)
-        props = (req.tools[name] or {}).get("properties") or {}
+        schema = req.tools[name] or {}
+        props = schema.get("properties") or {}
         param = next((p for p in ("command", "cmd") if p in props), "command")
         value = ["bash", "-lc", command] if (props.get(param) or {}).get("type") == "array" else command
-        return Reply(tool_calls=[ToolCall(name, {param: value})])
+        args = {param: value}
+        for other in schema.get("required") or []:  # e.g. OpenHands' security_risk: a model fills what is required
+            if other not in args and (props.get(other) or {}).get("enum"):
+                args[other] = props[other]["enum"][0]
+        return Reply(tool_calls=[ToolCall(name, args)])
     return script
 
 
@@ -136,14 +141,15 @@ def read_request(protocol: str, body: dict, model: str, headers: dict, api_key: 
                 results.append(out if isinstance(out, str) else json.dumps(out))
             elif item.get("role") == "user":
                 user = _text(item.get("content")) or user
-    elif protocol == GEMINI:
+    elif protocol == GEMINI:  # the API takes its fields in camelCase or snake_case (LiteLLM sends the latter)
         for t in body.get("tools") or []:
-            for d in t.get("functionDeclarations") or []:
+            for d in t.get("functionDeclarations") or t.get("function_declarations") or []:
                 tools[d.get("name", "")] = d.get("parameters") or d.get("parametersJsonSchema") or {}
-        system = _text((body.get("systemInstruction") or {}).get("parts"))
+        system = _text((body.get("systemInstruction") or body.get("system_instruction") or {}).get("parts"))
         for c in body.get("contents") or []:
             parts = c.get("parts") or []
-            results += [json.dumps(p["functionResponse"].get("response")) for p in parts if "functionResponse" in p]
+            results += [json.dumps((p.get("functionResponse") or p.get("function_response") or {}).get("response"))
+                        for p in parts if "functionResponse" in p or "function_response" in p]
             if c.get("role", "user") == "user" and _text(parts):
                 user = _text(parts)
     return FakeRequest(protocol, model, stream, body, headers, api_key, tools, results, user, system)
