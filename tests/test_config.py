@@ -133,7 +133,8 @@ def test_plan_and_summary_columns_fit_long_names(monkeypatch):
 
     row = {"task": "alfworld_small", "agent": "sft_grpo_alfworld", "driver": "none", "cells": 1, "baseline": 0.0,
            "best_mean": 12.5, "improvement_mean": 12.5, "improvement_se": None, "n_scored": 1, "flags": [],
-           "statuses": {"completed": 1}}
+           "statuses": {"completed": 1}, "held_out_mean": 11.0, "held_out_se": None, "n_held_out": 1,
+           "gap_mean": 1.5}
     monkeypatch.setattr(summary, "summary_rows", lambda ledger, cell_ids: [row])
     out = io.StringIO()
     summary.print_summary(None, [], out=out)
