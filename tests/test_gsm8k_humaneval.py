@@ -7,6 +7,7 @@ import json
 import os
 import re
 import secrets
+import time
 import socket
 import subprocess
 import threading
@@ -221,9 +222,17 @@ def add_program(body: str, prefix: str = "") -> Program:
     return Program(prefix + "def add(a, b):\n" + body + "\n" + CHECK, "add")
 
 
-def sandbox_processes() -> list:
+def sandbox_processes(settle_s: float = 10.0) -> list:
+    """The code sandboxes still alive, once those being reaped had up to settle_s to go (a busy machine is slow
+    to reap a killed process group)."""
     marker = PRELUDE.read_text()[:60]
-    return [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+    until = time.monotonic() + settle_s
+    while True:
+        alive = [p for p in psutil.process_iter(["cmdline", "status"])
+                 if marker in " ".join(p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+        if not alive or time.monotonic() > until:
+            return alive
+        time.sleep(0.2)
 
 
 def test_a_correct_and_a_wrong_completion():
