@@ -309,7 +309,8 @@ class Grader:
     async def close_run(self, token: str, timeout_s: float = 1800) -> dict:
         """Refuse new submissions, wait at most timeout_s for those being evaluated, then give the rest up (each is
         recorded as an infrastructure error, refunded), then score the run's final submission on the held-out
-        split. Returns {"unfinished": how many were given up, "final": the held-out record or None}."""
+        split and look for the hidden items in what the agent left. Returns {"unfinished": how many were given up,
+        "final": the held-out record or None, "contamination": where hidden items were found (None: not looked)}."""
         unfinished = await self._drain(token, timeout_s)
         return {"unfinished": unfinished, "final": await self._score_final(token),
                 "contamination": await self._scan_at_end(token)}
