@@ -181,6 +181,7 @@ def win_probability(model, tokenizer, states: list[dict]) -> float:
     return total / len(states)
 
 
+@pytest.mark.slow  # GRPO through the rollout service also runs in the level-3 sweep test; this adds the reward moving
 def test_online_grpo_through_the_rollout_service_moves_the_reward(service, task, base, tmp_path):  # noqa: F811
     """A short online-RL run of the sft_grpo agent's own code against the real rollout service: a brief SFT, then
     GRPO on each train game's state one command before the win, every sampled command rewarded by the real game

@@ -286,6 +286,7 @@ def test_health_of_a_judged_grader(judged_grader):
     assert httpx.get(f"{judged_grader['url']}/health", timeout=10).json()["task"] == "alpacaeval_judged"
 
 
+@pytest.mark.slow  # the sweep path is the demo's, the judge's the graders' above
 def test_offline_twin_sweep_end_to_end(run_sweep):
     """The level-2 twin through the whole stack: cells, workspaces, the grader's rubric judge, records, ledger."""
     from orchestrator.ledger import Ledger
