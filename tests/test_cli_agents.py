@@ -116,8 +116,9 @@ def drivers_override(drivers: list[dict]) -> str:
     return f"sweep.drivers=[{','.join(items)}]"
 
 
-@pytest.fixture(scope="module")
-def sweep_runner(ray_cluster, cache_dir, grading_port, tmp_path_factory, cli_bin):
+def agent_sweeps(cache_dir, grading_port, tmp_path_factory, cli_path: str):
+    """A sweep runner for agents found in cli_path (folders, comma-separated), the real key set for the proxy only
+    while it lives; the fixtures of the CLI and Python agents' modules yield it."""
     from orchestrator.runner import run_sweep
 
     os.environ[KEY_VAR] = REAL_KEY  # the orchestrator's environment: only the proxy gets it from there
@@ -125,13 +126,18 @@ def sweep_runner(ray_cluster, cache_dir, grading_port, tmp_path_factory, cli_bin
     def go(name: str, overrides: list[str]) -> Path:
         out = tmp_path_factory.mktemp(name) / "out"
         cfg = compose([f"output_dir={out}", f"cache_dir={cache_dir}", f"grading.port={grading_port}", "logger=none",
-                       "cluster.emulated_gpus=1", "grading.keep_running=true", f"cli_path=[{cli_bin}]",
+                       "cluster.emulated_gpus=1", "grading.keep_running=true", f"cli_path=[{cli_path}]",
                        "driver_proxy.backoff_s=0.05", "sweep=demo", "sweep.seeds=[0]", *overrides])
         run_sweep(cfg, out=io.StringIO())
         return out
 
     yield go
     os.environ.pop(KEY_VAR, None)
+
+
+@pytest.fixture(scope="module")
+def sweep_runner(ray_cluster, cache_dir, grading_port, tmp_path_factory, cli_bin):
+    yield from agent_sweeps(cache_dir, grading_port, tmp_path_factory, str(cli_bin))
 
 
 @dataclasses.dataclass

@@ -12,7 +12,6 @@ import dataclasses
 import fcntl
 import glob
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -25,9 +24,10 @@ import yaml
 from agents.cli import get_adapter
 from agents.cli.base import PythonCli
 from agents.cli.session import CliUnavailable, find_cli
-from tests.conftest import ROOT, compose
+from tests.conftest import ROOT
 from tests.support.fake_upstream import FakeUpstream, shell_script
 from tests.test_cli_agents import (
+    agent_sweeps,
     COST_PER_CALL,
     KEY_VAR,
     REAL_KEY,
@@ -97,21 +97,7 @@ def agent_bins() -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def sweep_runner(ray_cluster, cache_dir, grading_port, tmp_path_factory, agent_bins):
-    from orchestrator.runner import run_sweep
-
-    os.environ[KEY_VAR] = REAL_KEY  # the orchestrator's environment: only the proxy gets it from there
-    cli_path = ",".join(str(p) for p in agent_bins.values())
-
-    def go(name: str, overrides: list[str]) -> Path:
-        out = tmp_path_factory.mktemp(name) / "out"
-        cfg = compose([f"output_dir={out}", f"cache_dir={cache_dir}", f"grading.port={grading_port}", "logger=none",
-                       "cluster.emulated_gpus=1", "grading.keep_running=true", f"cli_path=[{cli_path}]",
-                       "driver_proxy.backoff_s=0.05", "sweep=demo", "sweep.seeds=[0]", *overrides])
-        run_sweep(cfg, out=io.StringIO())
-        return out
-
-    yield go
-    os.environ.pop(KEY_VAR, None)
+    yield from agent_sweeps(cache_dir, grading_port, tmp_path_factory, ",".join(str(p) for p in agent_bins.values()))
 
 
 MODELS = {"fake-anthropic": "claude-fake", "fake-openai": "gpt-fake", "fake-vllm": "Qwen/fake-7B",
