@@ -61,7 +61,7 @@ def faulted_sweep(run_sweep, tmp_path, gate_dir, submissions: int, client_timeou
     def act():
         while not stop.is_set() and len(done) < len(faults):
             gates = evaluations(gate_dir)
-            for gate in gates[len(done):]:
+            for gate in gates[len(done):len(faults)]:  # gates past the planned faults stay shut
                 faults[len(done)](gate)
                 done.append(gate)
             time.sleep(0.05)
