@@ -218,23 +218,25 @@ def counted(run: dict) -> int:
     return run["used"] - run.get("refunded", 0)
 
 
-_owned: list = []  # the creator keeps a handle: a non-detached actor lives as long as its owner holds one
+def get_or_create_registry(journal: str | Path | None = None, scope: str = ""):
+    """The scope's registry (a sweep's: contracts.serving.sweep_scope), created on first use. journal: its journal
+    file (on storage its node can reach; None: its state dies with it); ignored when the registry exists already.
+    Detached, as the Serve applications that call it: on a cluster that outlives the orchestrator, a resumed sweep
+    finds the same registry its graders hold (the sweep removes it at its end: orchestrator.services)."""
+    from contracts.serving import scoped
 
-
-def get_or_create_registry(journal: str | Path | None = None):
-    """The cluster's registry, created on first use. journal: its journal file (on storage its node can reach; None:
-    its state dies with it); ignored when the registry exists already."""
     # @ray.remote turns the class into an actor class with .options; ray's stubs do not tell mypy so
     options = RunRegistry.options  # type: ignore[attr-defined]
-    handle = options(name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True).remote(
-        None if journal is None else str(journal))
+    handle = options(name=scoped(REGISTRY_NAME, scope), namespace=NAMESPACE, get_if_exists=True,
+                     lifetime="detached").remote(None if journal is None else str(journal))
     ray.get(handle.__ray_ready__.remote())
-    _owned.append(handle)  # never drop the first (owning) handle, or the actor dies with it
     return handle
 
 
-def registry():
-    return ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
+def registry(scope: str = ""):
+    from contracts.serving import scoped
+
+    return ray.get_actor(scoped(REGISTRY_NAME, scope), namespace=NAMESPACE)
 
 
 def run_token(request) -> str:

@@ -10,12 +10,33 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ray import serve
 
 # The sweep's driver proxy (agents.proxy.deployment), asked by the graders for a run's driver usage.
 DRIVER_PROXY_APP = "a2rl-driver-proxy"
+
+
+
+def sweep_scope(output_dir: str | Path) -> str:
+    """The scope a sweep's services are named in: its output dir's, so that two sweeps sharing a cluster never
+    replace or reach each other's graders, rollout services, driver proxy or run registry, and a resumed sweep (the
+    same output dir) finds its own again."""
+    resolved = str(Path(output_dir).expanduser().resolve())
+    return "a2rl-" + hashlib.sha256(resolved.encode()).hexdigest()[:8]
+
+
+def scoped(name: str, scope: str) -> str:
+    """A service's (an application's, a named actor's) name in a scope; "" is no scope (a test's own services)."""
+    return f"{scope}-{name}" if scope else name
+
+
+def scoped_route(route: str, scope: str) -> str:
+    """A route prefix in a scope: the scope's services share Serve's HTTP server under /<scope>."""
+    return f"/{scope}{route}" if scope else route
+
 
 _deployed: dict[str, str] = {}  # app name -> fingerprint of the settings this process deployed it with
 

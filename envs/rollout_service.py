@@ -87,8 +87,9 @@ class _Session:
 class EnvHost:
     """Holds sessions (one episode each) on a task's train instances; called only by the rollout routers."""
 
-    def __init__(self, env: Environment, instances: list[Instance], idle_timeout_s: float):
+    def __init__(self, env: Environment, instances: list[Instance], idle_timeout_s: float, scope: str = ""):
         self.env = env
+        self.scope = scope  # its sweep's: the run registry it releases sessions in
         self.instances = list(instances)
         self.max_steps = env.max_steps
         self.idle_timeout_s = float(idle_timeout_s)
@@ -120,7 +121,7 @@ class EnvHost:
         if by_owner:
             from contracts.runs import registry
 
-            reg = registry()
+            reg = registry(self.scope)
             ray.get([reg.release_sessions.remote(owner, sids) for owner, sids in by_owner.items()])
             self.counters["reaped"] += len(dropped)
         return len(dropped)
@@ -255,7 +256,8 @@ def _field(body: dict, key: str, kind, required: bool = True):
 @serve.deployment(max_ongoing_requests=512, health_check_period_s=10)
 @serve.ingress(api)
 class RolloutService:
-    def __init__(self, spec: TaskSpec, instances: list[Instance], max_steps: int, host_names: list[str]):
+    def __init__(self, spec: TaskSpec, instances: list[Instance], max_steps: int, host_names: list[str],
+                 scope: str = ""):
         from contracts.runs import NAMESPACE, registry
 
         self.cfg = spec.rollout
@@ -265,7 +267,7 @@ class RolloutService:
             self.games.append({"index": i, "name": inst.name, **inst.info})
         self.by_name = {g["name"]: g["index"] for g in self.games}
         self.hosts = [ray.get_actor(name, namespace=NAMESPACE) for name in host_names]
-        self.registry = registry()
+        self.registry = registry(scope)
         self.task_name = spec.name
         self.replica = serve.get_replica_context().replica_id.unique_id
         self._rng = random.Random(secrets.randbits(64))
@@ -447,22 +449,25 @@ class RolloutService:
 
 # ------------------------------------------------------------------------------------------------------ deploy
 
-def app_name(task_name: str) -> str:
-    return f"rollouts-{task_name}"
+def app_name(task_name: str, scope: str = "") -> str:
+    from contracts.serving import scoped
+
+    return scoped(f"rollouts-{task_name}", scope)
 
 
-def route_prefix(task_name: str) -> str:
-    return f"/{task_name}/env"
+def route_prefix(task_name: str, scope: str = "") -> str:
+    from contracts.serving import scoped_route
+
+    return scoped_route(f"/{task_name}/env", scope)
 
 
-_owned: dict[str, list] = {}      # host actor name -> handle: the deployer owns the hosts (they live as long as it)
 
 
-def deploy(spec: TaskSpec, cache_dir: str) -> str:
+def deploy(spec: TaskSpec, cache_dir: str, scope: str = "") -> str:
     """Start the task's rollout application and its host actors (unless this process runs it with the same settings
     already); returns its route prefix. Builds the train games first if no one has."""
     from contracts.runs import NAMESPACE
-    from contracts.serving import deploy_once
+    from contracts.serving import deploy_once, scoped
     from contracts.specs import ConfigError
     from contracts.task import InteractiveTask, build_task
 
@@ -476,25 +481,26 @@ def deploy(spec: TaskSpec, cache_dir: str) -> str:
         instances = env.instances("train")  # eval instances never reach a host
         key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
         env_vars = {"A2RL_CACHE_DIR": str(cache_dir)}
-        host_names = []
+        host_names, hosts = [], []
+        # Detached, as the routers that call them: a resumed sweep on a cluster finds the hosts its routers hold
         for i in range(spec.rollout.num_hosts):
-            host_name = f"a2rl-env-{spec.name}-{key}-{i}"
-            handle = EnvHost.options(name=host_name, namespace=NAMESPACE, get_if_exists=True,
+            host_name = scoped(f"a2rl-env-{spec.name}-{key}-{i}", scope)
+            handle = EnvHost.options(name=host_name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
                                      num_cpus=spec.rollout.host_cpus, runtime_env={"env_vars": env_vars}).remote(
-                env, instances, spec.rollout.idle_timeout_s)
-            _owned.setdefault(host_name, []).append(handle)
+                env, instances, spec.rollout.idle_timeout_s, scope)
+            hosts.append(handle)
             host_names.append(host_name)
-        ray.get([h[0].__ray_ready__.remote() for h in (_owned[n] for n in host_names)])
-        deployment = RolloutService.options(name=app_name(spec.name), num_replicas=spec.rollout.num_replicas,
+        ray.get([h.__ray_ready__.remote() for h in hosts])
+        deployment = RolloutService.options(name=app_name(spec.name, scope), num_replicas=spec.rollout.num_replicas,
                                             ray_actor_options={"num_cpus": spec.rollout.router_cpus,
                                                                "runtime_env": {"env_vars": env_vars}})
-        return deployment.bind(spec, instances, env.max_steps, host_names)
+        return deployment.bind(spec, instances, env.max_steps, host_names, scope)
 
-    deploy_once(app_name(spec.name), route_prefix(spec.name), settings, build)
-    return route_prefix(spec.name)
+    deploy_once(app_name(spec.name, scope), route_prefix(spec.name, scope), settings, build)
+    return route_prefix(spec.name, scope)
 
 
-def close_run(task_name: str, token: str, timeout_s: float | None = None) -> dict:
+def close_run(task_name: str, token: str, timeout_s: float | None = None, scope: str = "") -> dict:
     """Close a run's sessions through the deployment handle (the orchestrator, when a cell ends); returns the run's
     use of the environment. Raises TimeoutError after timeout_s."""
-    return serve.get_app_handle(app_name(task_name)).close_run.remote(token).result(timeout_s=timeout_s)
+    return serve.get_app_handle(app_name(task_name, scope)).close_run.remote(token).result(timeout_s=timeout_s)

@@ -47,12 +47,12 @@ JUDGE_USAGE = ("calls", "input_tokens", "output_tokens", "cached_tokens", "total
 api = FastAPI(title="a2rl grading API")
 
 
-async def driver_status(key: str) -> dict:
+async def driver_status(key: str, scope: str) -> dict:
     """The run's LLM use so far, from the driver proxy's meter (the one that enforces the budget)."""
-    from contracts.serving import DRIVER_PROXY_APP
+    from contracts.serving import DRIVER_PROXY_APP, scoped
 
     try:
-        usage = await serve.get_app_handle(DRIVER_PROXY_APP).usage.remote(key)
+        usage = await serve.get_app_handle(scoped(DRIVER_PROXY_APP, scope)).usage.remote(key)
     except Exception as e:  # noqa: BLE001 - /status must answer even when the proxy cannot
         return {"driver_error": f"the driver proxy did not answer: {type(e).__name__}"}
 
@@ -95,7 +95,8 @@ class Evaluator:
     """Holds the models: loads a submission and scores it on the hidden eval split. It keeps no run state, so an
     evaluation lost with its process is simply asked again of another replica (or of this one, restarted)."""
 
-    def __init__(self, task_cls: type, spec: TaskSpec, cache_dir: str, driver_url: str | None = None):
+    def __init__(self, task_cls: type, spec: TaskSpec, cache_dir: str, driver_url: str | None = None,
+                 scope: str = ""):
         import torch
 
         from contracts.task import build_task
@@ -113,7 +114,7 @@ class Evaluator:
         self.scores = {"eval": ScoreCache(root), "final": ScoreCache(root / "final")}
         self.base_dir = resolve_base_model(spec.base_model, Path(cache_dir) / "models")
         # An LLM judge is asked through the driver proxy, on a metered key per evaluation (judge usage)
-        self.judge_driver, self.driver_url = self.task.judge_driver(), driver_url
+        self.judge_driver, self.driver_url, self.scope = self.task.judge_driver(), driver_url, scope
         if self.judge_driver and not driver_url:
             raise ValueError(f"task {spec.name} has an LLM judge but no driver proxy was given to its grader")
         self.judge_calls = Path(cache_dir) / "grading" / spec.name / "judge-calls-baseline.jsonl"
@@ -259,10 +260,10 @@ class Evaluator:
         if self.scores[split].get(key) is not None:  # a cached score asks no judge
             result = await asyncio.to_thread(self._score, loaded, key, None, split)
             return result, dict.fromkeys(JUDGE_USAGE, 0), None
-        from contracts.serving import DRIVER_PROXY_APP
+        from contracts.serving import DRIVER_PROXY_APP, scoped
         from evaluators.judging.pairwise import LLMJudge
 
-        proxy = serve.get_app_handle(DRIVER_PROXY_APP)
+        proxy = serve.get_app_handle(scoped(DRIVER_PROXY_APP, self.scope))
         judge_key = await proxy.register_cell.remote(f"{who}:judge", self.judge_driver, None, str(calls_path))
         judge = LLMJudge(self.judge_driver, self.driver_url, judge_key)
         judge.sample, agreement = probe, None
@@ -283,12 +284,13 @@ class Grader:
     so the process that the out-of-memory killer or a GPU fault takes is an evaluator's, and this one retries the
     evaluation there (infra_retries times) instead of answering the agent with a 5xx."""
 
-    def __init__(self, evaluator, spec: TaskSpec):
+    def __init__(self, evaluator, spec: TaskSpec, scope: str = ""):
         from contracts.runs import registry
 
         self.evaluator = evaluator
         self.spec = spec
-        self.registry = registry()
+        self.scope = scope  # its sweep's: the run registry and driver proxy it asks
+        self.registry = registry(scope)
         self.base: dict | None = None  # the evaluators' info once the baseline is scored
 
     # -- orchestrator side (deployment handle) ------------------------------------------------------------------
@@ -356,7 +358,7 @@ class Grader:
                   "remaining_submissions": run["max_submissions"] - counted(run), "evaluating": run["inflight"],
                   "best": run["best"], "baseline_score": (self.base or {}).get("baseline_score")}
         if run.get("driver_key"):
-            answer.update(await driver_status(run["driver_key"]))
+            answer.update(await driver_status(run["driver_key"], self.scope))
         return answer
 
     @api.post("/submit")
@@ -525,11 +527,14 @@ class Grader:
         return record
 
 
-def app_name(task_name: str) -> str:
-    return f"grader-{task_name}"
+def app_name(task_name: str, scope: str = "") -> str:
+    from contracts.serving import scoped
+
+    return scoped(f"grader-{task_name}", scope)
 
 
-def deploy(spec: TaskSpec, cache_dir: str, emulated_gpus: bool = False, driver_url: str | None = None) -> str:
+def deploy(spec: TaskSpec, cache_dir: str, emulated_gpus: bool = False, driver_url: str | None = None,
+           scope: str = "") -> str:
     """Start the task's grading application (unless this process runs it with the same settings already); returns
     its route prefix.
 
@@ -537,7 +542,7 @@ def deploy(spec: TaskSpec, cache_dir: str, emulated_gpus: bool = False, driver_u
     reservation is taken from the same emulated resource the cells use. Its replicas get the task's class itself
     (pickled by reference, so their process imports the module that defines it).
     """
-    from contracts.serving import deploy_once
+    from contracts.serving import deploy_once, scoped_route
     from contracts.task import task_class
 
     def build():
@@ -549,9 +554,9 @@ def deploy(spec: TaskSpec, cache_dir: str, emulated_gpus: bool = False, driver_u
         # Serve queues evaluations beyond max_concurrent per replica; /status and /health never wait on them
         evaluator = Evaluator.options(num_replicas=spec.grader.num_replicas, ray_actor_options=options,
                                       max_ongoing_requests=spec.grader.max_concurrent)
-        router = Grader.options(name=app_name(spec.name), ray_actor_options={"num_cpus": 0})
-        return router.bind(evaluator.bind(task_class(spec.cls), spec, cache_dir, driver_url), spec)
+        router = Grader.options(name=app_name(spec.name, scope), ray_actor_options={"num_cpus": 0})
+        return router.bind(evaluator.bind(task_class(spec.cls), spec, cache_dir, driver_url, scope), spec, scope)
 
-    route = f"/{spec.name}"
-    deploy_once(app_name(spec.name), route, [spec.config, cache_dir, emulated_gpus, driver_url], build)
+    route = scoped_route(f"/{spec.name}", scope)
+    deploy_once(app_name(spec.name, scope), route, [spec.config, cache_dir, emulated_gpus, driver_url], build)
     return route

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import ray
 from ray import serve, tune
 
 from agents.cli.session import AgentSession, CliUnavailable
@@ -177,7 +178,9 @@ class RunningAgent:
 def start_attempt(cell: CellSpec, layout: Layout) -> Attempt:
     number = layout.new_attempt(cell.cell_id)
     attempt = Attempt(cell, layout, number, time.time())
-    write_json_durably(attempt.dir / ATTEMPT, {"started_at": attempt.started, "attempt": number})
+    # the node it runs on: on a cluster, what a dead or bad node's cells have in common
+    node = {"node_id": ray.get_runtime_context().get_node_id(), "node_ip": ray.util.get_node_ip_address()}
+    write_json_durably(attempt.dir / ATTEMPT, {"started_at": attempt.started, "attempt": number, **node})
     attempt.report(started_at=attempt.started, events=[status_event(cell.cell_id, number, 0.0, RUNNING)])
     return attempt
 
@@ -198,7 +201,7 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
     cell, layout = attempt.cell, attempt.layout
     material = task_material(cell.task, layout.cache_dir)
     base_model = resolve_base_model(cell.task["base_model"], layout.models_cache)
-    grader = serve.get_app_handle(app_name(cell.task_name))
+    grader = serve.get_app_handle(app_name(cell.task_name, opts["scope"]))
     token = secrets.token_urlsafe(24)
     settings = sandbox.Settings.from_cfg(opts["sandbox"])
     hidden, readonly = sandbox_paths(layout, cell.task)
@@ -222,7 +225,7 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
 
     env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
     if session is not None:  # the per-cell driver key (the real one stays in the proxy); a CLI's command line
-        argv = session.start(workspace, env, opts["driver_url"], attempt.dir / DRIVER_CALLS, argv)
+        argv = session.start(workspace, env, opts["driver_url"], attempt.dir / DRIVER_CALLS, argv, opts["scope"])
         readonly += session.readonly_paths(hidden)
     try:
         registered = answer(grader.register_run.remote(token, {
@@ -319,7 +322,8 @@ def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, op
         from envs.rollout_service import close_run as close_sessions
 
         try:
-            left["env_usage"] = close_sessions(attempt.cell.task_name, agent.token, opts["service_timeout_s"])
+            left["env_usage"] = close_sessions(attempt.cell.task_name, agent.token, opts["service_timeout_s"],
+                                               opts["scope"])
         except Exception as e:  # idle sessions expire anyway; this must not turn a result into an infra error
             print(f"[a2rl] closing the rollout sessions of {cell_id} failed: {e!r}", file=sys.stderr)
     return left

@@ -203,6 +203,75 @@ def check_writable(folders: dict[str, Path]) -> None:
                               f"you can write") from None
 
 
+PREFLIGHT_TIMEOUT_S = 120  # a node's preflight task: the first task on a node starts a worker process
+
+
+def check_nodes_share(folders: dict[str, Path]) -> None:
+    """On a cluster, every node may run a cell or a grader: each must reach and write the same workspace root and
+    output dir (a cell writes its workspace and records there; a grader on another node reads the submission and
+    appends its record). A tiny task per node writes a file in each folder; a second round checks that every node
+    sees every other node's file (a path that exists on each node but is not shared storage fails here)."""
+    import secrets
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+    probe = f".a2rl-preflight-{secrets.token_hex(4)}"
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def write(folder: str, name: str) -> str | None:
+        try:
+            Path(folder, probe).mkdir(parents=True, exist_ok=True)
+            Path(folder, probe, name).write_text(name)
+        except OSError as e:
+            return e.strerror or str(e)
+        return None
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def seen(folder: str) -> list[str]:
+        where = Path(folder, probe)
+        return sorted(p.name for p in where.iterdir()) if where.is_dir() else []
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def clean(folder: str, name: str) -> None:
+        Path(folder, probe, name).unlink(missing_ok=True)
+        try:
+            Path(folder, probe).rmdir()  # the last node's
+        except OSError:
+            pass
+
+    def on(node_id: str, fn, *args):
+        return fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(*args)
+
+    def ask(refs: dict) -> dict:
+        try:
+            return dict(zip(refs, ray.get(list(refs.values()), timeout=PREFLIGHT_TIMEOUT_S)))
+        except ray.exceptions.GetTimeoutError:
+            late = [nodes[n] for n, r in refs.items() if not ray.wait([r], timeout=0)[0]]
+            raise ConfigError(f"node(s) {', '.join(late)} did not answer the preflight (a tiny task) within "
+                              f"{PREFLIGHT_TIMEOUT_S} s: check that they are healthy (`ray status`)") from None
+
+    try:
+        for key, folder in folders.items():
+            for node, error in ask({n: on(n, write, str(folder), n) for n in nodes}).items():
+                if error:
+                    raise ConfigError(f"node {nodes[node]} cannot write {key}={folder} ({error}); it must be shared "
+                                      "storage that every node mounts at that path, writable by Ray's user")
+            for node, names in ask({n: on(n, seen, str(folder)) for n in nodes}).items():
+                if missing := [nodes[n] for n in nodes if n not in names]:
+                    raise ConfigError(f"{key}={folder} on node {nodes[node]} is not the folder the other nodes "
+                                      f"write (it does not see what node(s) {', '.join(sorted(set(missing)))} wrote "
+                                      "there): it must be shared storage (NFS, a PVC) mounted at that path on "
+                                      "every node")
+    finally:  # this machine may not mount the folders: each node takes its own file back
+        try:
+            for folder in folders.values():
+                ray.get([on(n, clean, str(folder), n) for n in nodes], timeout=PREFLIGHT_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - a leftover probe file is harmless; the problem above is what to say
+            pass
+
+
 def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
     registry.search(*(cfg.get("imports") or []))  # the user's own task classes and agent kinds
     check_cluster(cfg)
@@ -266,6 +335,9 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
     tasks = list({c.task_name: c.task for c in plan.to_run}.values())
     local = started_ray and cfg.cluster.mode == "local"  # a local Ray takes Serve and every application with it
     try:
+        if cfg.cluster.mode == "ray":
+            check_nodes_share({"cluster.workspace_root": layout.workspace_root, "output_dir": layout.output_dir,
+                               "cache_dir": layout.cache_dir})
         check_reservations(cfg, plan, tasks, emulated, keys is not None, out)
         with sweep_services(cfg, tasks, keys, emulated, remove_on_exit=not local and not cfg.grading.keep_running
                             ) as endpoints:
@@ -279,6 +351,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
                     "imports": list(cfg.get("imports") or []),
                     "sandbox": to_plain(cfg.sandbox), "emulated": emulated,
                     "grading_url": endpoints.grading_url, "driver_url": endpoints.driver_url,
+                    "scope": endpoints.scope,
                     "cli_path": to_plain(cfg.get("cli_path")) or []}
             trainable = tune.with_resources(
                 run_cell, lambda config: tune.PlacementGroupFactory(

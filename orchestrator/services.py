@@ -1,9 +1,10 @@
 """A sweep's services on Ray Serve, started together and stopped together.
 
 Each task gets its grader (and, for an interactive task, its rollout service at /<task>/env); the sweep gets one
-driver proxy when a cell has an LLM driver or a task an LLM judge. They share Serve's HTTP server. On exit they are
-removed together, unless they should outlive the sweep (grading.keep_running) or go with the local Ray the sweep
-started anyway.
+driver proxy when a cell has an LLM driver or a task an LLM judge, and one run registry. They share Serve's HTTP
+server, under the sweep's scope (/<scope>/<task>, contracts.serving.sweep_scope): two sweeps on one cluster never
+replace or reach each other's services. On exit they are removed together, unless they should outlive the sweep
+(grading.keep_running) or go with the local Ray the sweep started anyway.
 """
 from __future__ import annotations
 
@@ -25,8 +26,31 @@ REGISTRY_JOURNAL = "run-registry.jsonl"  # in the output dir, hidden from agents
 
 @dataclass(frozen=True)
 class Endpoints:
-    grading_url: str                # http://host:port: a task's grader at /<task>, its rollout service at /<task>/env
+    grading_url: str                # http://host:port/<scope>: a task's grader at /<task>, its rollout service at
+                                    # /<task>/env
     driver_url: str | None          # the driver proxy's base URL for agents (None: no cell has a driver)
+    scope: str                      # what the sweep's services are named in
+
+
+def services_scope(cfg: DictConfig) -> str:
+    """grading.scope, or (null) the output dir's."""
+    from contracts.serving import sweep_scope
+
+    scope = cfg.grading.get("scope")
+    return sweep_scope(cfg.output_dir) if scope is None else str(scope)
+
+
+def http_address() -> tuple[str, int]:
+    """Where Serve's HTTP server listens: the host agents reach it at, and its port. A cluster whose Serve another
+    sweep (or the user) started keeps its own port: a new sweep's http_options are ignored, so ask Serve."""
+    import ray
+    from ray.serve.context import _get_global_client  # no public API tells a running Serve's HTTP port
+
+    config = _get_global_client().http_config
+    host = config.host
+    if host in ("0.0.0.0", "::", ""):  # listening on every interface: agents reach the node this sweep runs on
+        host = ray.util.get_node_ip_address()
+    return host, int(config.port)
 
 
 def free_port(host: str) -> int:
@@ -44,38 +68,60 @@ def sweep_services(cfg: DictConfig, tasks: list[dict], keys: dict[str, str] | No
     from ray import serve
 
     from contracts.runs import get_or_create_registry
-    from contracts.serving import remove
+    from contracts.serving import remove, scoped, scoped_route
     from envs import rollout_service
     from evaluators import service as grading
 
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
     cache_dir = Path(cfg.cache_dir).expanduser()
     apps: list[str] = []
+    scope = services_scope(cfg)
     try:
-        get_or_create_registry(Path(cfg.output_dir).expanduser() / REGISTRY_JOURNAL)  # it outlives its own death
+        # it outlives its own death (its journal brings it back)
+        get_or_create_registry(Path(cfg.output_dir).expanduser() / REGISTRY_JOURNAL, scope)
         port = cfg.grading.port or free_port(cfg.grading.host)
         serve.start(http_options={"host": cfg.grading.host, "port": port}, logging_config={"log_level": "WARNING"})
-        url = f"http://{cfg.grading.host}:{port}"
+        host, port = http_address()
+        url = f"http://{host}:{port}"
         driver_url = None
         if keys is not None:  # first: graders of judged tasks ask their judge through it
             from agents.proxy import deployment
 
-            apps.append(deployment.APP_NAME)
+            apps.append(scoped(deployment.APP_NAME, scope))
             retry = {"max_attempts": int(cfg.driver_proxy.max_attempts), "base_s": float(cfg.driver_proxy.backoff_s)}
-            driver_url = url + deployment.deploy(keys, retry, float(cfg.driver_proxy.num_cpus))
+            driver_url = url + deployment.deploy(keys, retry, float(cfg.driver_proxy.num_cpus), scope)
         for task in tasks:
             spec = TaskSpec.from_config(task)
-            apps.append(grading.app_name(spec.name))
+            apps.append(grading.app_name(spec.name, scope))
             judged = bool(judge_drivers([task]))  # only a judged task's grader needs the proxy (and redeploys with it)
             # Once here, not in every cell; and before the grader, so data that cannot be loaded is the task's one
             # line (a ConfigError), not a failed deployment's traceback.
             task_material(task, cache_dir)
-            grading.deploy(spec, str(cache_dir), emulated_gpus=emulated, driver_url=driver_url if judged else None)
+            grading.deploy(spec, str(cache_dir), emulated_gpus=emulated, driver_url=driver_url if judged else None,
+                           scope=scope)
             if is_interactive(spec):  # the rollout service on the train instances
-                apps.append(rollout_service.app_name(spec.name))
-                rollout_service.deploy(spec, str(cache_dir))
-        yield Endpoints(url, driver_url)
+                apps.append(rollout_service.app_name(spec.name, scope))
+                rollout_service.deploy(spec, str(cache_dir), scope)
+        yield Endpoints(url + scoped_route("", scope), driver_url, scope)
     finally:
         if remove_on_exit:
             for name in apps:
                 remove(name)
+            remove_actors(scope)
+
+
+def remove_actors(scope: str) -> None:
+    """Kill the scope's detached actors (run registry, environment hosts, the proxy's cells); an unscoped sweep's
+    are left (their names are shared with any other unscoped sweep on the cluster)."""
+    import ray
+
+    from contracts.runs import NAMESPACE
+
+    if not scope:
+        return
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["namespace"] == NAMESPACE and actor["name"].startswith(f"{scope}-"):
+            try:
+                ray.kill(ray.get_actor(actor["name"], namespace=NAMESPACE), no_restart=True)
+            except ValueError:  # gone meanwhile
+                pass

@@ -126,8 +126,9 @@ def agent_sweeps(cache_dir, grading_port, tmp_path_factory, cli_path: str):
     def go(name: str, overrides: list[str]) -> Path:
         out = tmp_path_factory.mktemp(name) / "out"
         cfg = compose([f"output_dir={out}", f"cache_dir={cache_dir}", f"grading.port={grading_port}", "logger=none",
-                       "cluster.emulated_gpus=1", "grading.keep_running=true", f"cli_path=[{cli_path}]",
-                       "driver_proxy.backoff_s=0.05", "sweep=demo", "sweep.seeds=[0]", *overrides])
+                       "grading.scope=", "cluster.emulated_gpus=1", "grading.keep_running=true",
+                       f"cli_path=[{cli_path}]", "driver_proxy.backoff_s=0.05", "sweep=demo", "sweep.seeds=[0]",
+                       *overrides])
         run_sweep(cfg, out=io.StringIO())
         return out
 

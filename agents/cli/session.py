@@ -1,7 +1,7 @@
 """The cell's side of an agent driven by an LLM: find the CLI, hook the cell to the driver proxy, read the trace.
 
     session = agent_kind(cell.agent.kind).session(cell, cli_path)   # None without a driver; CliUnavailable if missing
-    argv = session.start(workspace, env, proxy_url, records_path, argv)   # per-cell key; CLI config and env
+    argv = session.start(workspace, env, proxy_url, records_path, argv, scope)  # per-cell key; CLI config, env
     ... session.pump(stdout, trace) and session.limit_hit(calls_seen) while the agent runs ...
     session.close()                                   # the key stops working; in-flight calls are recorded
 
@@ -71,14 +71,13 @@ class AgentSession:
         self._asked_at_calls = -1
         self._limit: str | None = None
         self._proxy_url = ""
+        self._proxy_app = ""
         self.final_usage: dict | None = None
 
     def _proxy(self):
         from ray import serve
 
-        from agents.proxy.deployment import APP_NAME
-
-        return serve.get_app_handle(APP_NAME)
+        return serve.get_app_handle(self._proxy_app)
 
     def readonly_paths(self, hidden: list[Path]) -> list[Path]:
         """The CLI's install (and what it runs on: node, a Python) for the sandbox to show read-only. A candidate that
@@ -90,9 +89,15 @@ class AgentSession:
         hidden = [h.resolve() for h in hidden]
         return sorted(p for p in candidates if not any(_covers(p.resolve(), h) for h in hidden))
 
-    def start(self, workspace: Path, env: dict, proxy_url: str, records_path: Path, argv: list[str]) -> list[str]:
-        """Register the cell with the driver proxy (limits from its budget, call records into records_path), put
-        the driver's variables (and the CLI's) into env; returns the command line to run."""
+    def start(self, workspace: Path, env: dict, proxy_url: str, records_path: Path, argv: list[str],
+              scope: str = "") -> list[str]:
+        """Register the cell with its sweep's driver proxy (scope: the sweep's, contracts.serving.sweep_scope; limits
+        from its budget, call records into records_path), put the driver's variables (and the CLI's) into env;
+        returns the command line to run."""
+        from agents.proxy.deployment import APP_NAME
+        from contracts.serving import scoped
+
+        self._proxy_app = scoped(APP_NAME, scope)
         budget = self.cell.budget
         limits = {k: getattr(budget, k) for k in LIMITS if getattr(budget, k) is not None}
         driver = driver_config(self.cell)

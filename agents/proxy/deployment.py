@@ -32,7 +32,6 @@ from contracts.serving import DRIVER_PROXY_APP
 APP_NAME = DRIVER_PROXY_APP
 ROUTE = "/driver"
 CELLS_ACTOR = "a2rl-driver-proxy-cells"
-_owned: list = []  # the deployer's handles on the cells' actor
 log = logging.getLogger("a2rl.proxy")
 
 
@@ -93,20 +92,23 @@ class DriverProxy:
         return self.state.usage(key)
 
 
-def deploy(keys: dict[str, str], retry: dict | None = None, num_cpus: float = 0) -> str:
+def deploy(keys: dict[str, str], retry: dict | None = None, num_cpus: float = 0, scope: str = "") -> str:
     """Start the sweep's proxy application (unless this process runs it with the same settings already); returns its
     route prefix. keys: the real provider keys by variable name, from the orchestrator's environment.
     It needs no CPU of its own by default: it waits on the network, and a reserved CPU would be a cell's."""
-    from contracts.serving import deploy_once
+    from contracts.serving import deploy_once, scoped, scoped_route
+
+    cells_actor = scoped(CELLS_ACTOR, scope)
 
     def build():
-        # This process owns the cells' actor: it outlives the replicas (a non-detached actor lives as long as its
-        # owner holds a handle), and goes with the sweep.
-        cells = ProxyCells.options(name=CELLS_ACTOR, namespace=NAMESPACE, get_if_exists=True).remote()
+        # Detached: it outlives the replicas, and on a cluster the orchestrator too (a resumed sweep's proxy finds
+        # its cells again); the sweep removes it at its end (orchestrator.services).
+        cells = ProxyCells.options(name=cells_actor, namespace=NAMESPACE, get_if_exists=True,
+                                   lifetime="detached").remote()
         ray.get(cells.__ray_ready__.remote())
-        _owned.append(cells)
         deployment = DriverProxy.options(ray_actor_options={"num_cpus": num_cpus})
-        return deployment.bind(retry=retry, environ=dict(keys), cells_actor=CELLS_ACTOR)
+        return deployment.bind(retry=retry, environ=dict(keys), cells_actor=cells_actor)
 
-    deploy_once(APP_NAME, ROUTE, [keys, retry, num_cpus], build)  # only the settings' hash is kept
-    return ROUTE
+    # only the settings' hash is kept
+    deploy_once(scoped(APP_NAME, scope), scoped_route(ROUTE, scope), [keys, retry, num_cpus], build)
+    return scoped_route(ROUTE, scope)
