@@ -216,7 +216,10 @@ def check_nodes_share(folders: dict[str, Path]) -> None:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+    from collections import Counter
+
+    # a node's name in a message: its address, and its id's start (several nodes may share a machine)
+    nodes = {n["NodeID"]: f"{n['NodeManagerAddress']} (node {n['NodeID'][:8]})" for n in ray.nodes() if n["Alive"]}
     probe = f".a2rl-preflight-{secrets.token_hex(4)}"
 
     @ray.remote(num_cpus=0, max_retries=0)
@@ -256,14 +259,15 @@ def check_nodes_share(folders: dict[str, Path]) -> None:
         for key, folder in folders.items():
             for node, error in ask({n: on(n, write, str(folder), n) for n in nodes}).items():
                 if error:
-                    raise ConfigError(f"node {nodes[node]} cannot write {key}={folder} ({error}); it must be shared "
+                    raise ConfigError(f"{nodes[node]} cannot write {key}={folder} ({error}); it must be shared "
                                       "storage that every node mounts at that path, writable by Ray's user")
-            for node, names in ask({n: on(n, seen, str(folder)) for n in nodes}).items():
-                if missing := [nodes[n] for n in nodes if n not in names]:
-                    raise ConfigError(f"{key}={folder} on node {nodes[node]} is not the folder the other nodes "
-                                      f"write (it does not see what node(s) {', '.join(sorted(set(missing)))} wrote "
-                                      "there): it must be shared storage (NFS, a PVC) mounted at that path on "
-                                      "every node")
+            views = {n: tuple(names) for n, names in ask({n: on(n, seen, str(folder)) for n in nodes}).items()}
+            shared = Counter(views.values()).most_common(1)[0][0]  # what most nodes see: the shared folder
+            alone = len(shared) == 1 < len(nodes)  # no two nodes see each other's files: none shares it
+            if odd := [nodes[n] for n, view in views.items() if view != shared or alone]:
+                raise ConfigError(f"{key}={folder} on {', '.join(odd)} is not the folder the other nodes write "
+                                  f"(a node sees there what {len(shared)} of {len(nodes)} nodes wrote): it must be "
+                                  "shared storage (NFS, a PVC) mounted at that path on every node")
     finally:  # this machine may not mount the folders: each node takes its own file back
         try:
             for folder in folders.values():
