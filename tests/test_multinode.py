@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -31,7 +32,8 @@ try:
     reached = True
 except OSError:
     reached = False
-json.dump({"reached_gcs": reached}, open("output/probe.json", "w"))
+json.dump({"reached_gcs": reached, "ray_env": sorted(k for k in os.environ if k.startswith("RAY"))},
+          open("output/probe.json", "w"))
 shutil.copytree("model", "output/m")
 req = urllib.request.Request(run["grading_url"] + "/submit", json.dumps({"model_path": "output/m"}).encode(),
                              headers={"Authorization": "Bearer " + run["run_token"],
@@ -66,11 +68,16 @@ class LocalCluster:
             self.proc.kill()
 
 
+CLUSTER_TOKEN = secrets.token_hex(16)
+
+
 def cluster_env(cache_dir: Path) -> dict:
-    # Token auth on, as on a user's cluster. Ray replaces 127.0.0.1 in an address by the machine's network address
-    # unless told that this machine's nodes are its loopback ones (what the variable below does for a driver).
-    return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "A2RL_CACHE_DIR": str(cache_dir)}
+    # Token auth on, with the token in the environment, as KubeRay's authOptions set it on every container (and
+    # another than ~/.ray/auth_token's: the orchestrator connects with the one it is given). Ray replaces 127.0.0.1 in
+    # an address by the machine's network address unless told that this machine's nodes are its loopback ones (what
+    # the last variable does for a driver).
+    return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": CLUSTER_TOKEN,
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "A2RL_CACHE_DIR": str(cache_dir)}
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +162,7 @@ def test_two_sweeps_on_three_nodes_a_dead_node_and_a_restarted_orchestrator(clus
         assert httpx.get(gpu_run["grading_url"] + "/health", timeout=30).status_code == 404
         # and no agent reached the cluster's GCS from its sandbox
         for ws in [*(cpu_out.parent / "workspaces").iterdir(), *(gpu_out.parent / "workspaces").iterdir()]:
-            assert json.loads((ws / "output" / "probe.json").read_text()) == {"reached_gcs": False}, ws
+            assert json.loads((ws / "output" / "probe.json").read_text()) == {"reached_gcs": False, "ray_env": []}, ws
 
         # A worker node running a CPU cell dies: the cell is an infra error there and runs again on another node.
         victim_cell, victim_node = next((c, a[0]["node_id"]) for c, a in running.items()
