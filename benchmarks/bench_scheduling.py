@@ -46,7 +46,7 @@ def a2rl_cells(n: int, out: Path, cache: Path, port: int) -> tuple[float, float]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[
             "sweep=smoke", "sweep.agents=[noop]", f"sweep.seeds={n}", f"output_dir={out}", f"cache_dir={cache}",
-            "logger=none", f"grading.port={port}", "grading.keep_running=true"])
+            "logger=none", f"grading.port={port}", "grading.keep_running=true", "grading.scope="])  # the warm grader
     from contracts.task_spec import TaskSpec
     from evaluators.service import deploy
 
