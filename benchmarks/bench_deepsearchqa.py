@@ -129,8 +129,8 @@ def main() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
-             logging_level="WARNING")
+    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl",
+             log_to_driver=False, logging_level="WARNING")
     serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config={"log_level": "WARNING"})
     registry = get_or_create_registry()
     route = rollout_service.deploy(TaskSpec.from_config(cfg), str(cache))

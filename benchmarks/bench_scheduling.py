@@ -114,7 +114,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         port = free_port("127.0.0.1")
-        ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl",
+        ray.init(address="local", num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl",
                  log_to_driver=False, logging_level="ERROR")
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         get_or_create_registry()

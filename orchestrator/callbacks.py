@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from ray import tune
@@ -12,6 +13,7 @@ from contracts.specs import CellSpec
 from orchestrator.cell_report import CellReport
 from orchestrator.ledger import INFRA_ERROR, Ledger
 from orchestrator.records import status_event
+from orchestrator.reservations import describe
 
 
 def cell_of(trial) -> CellSpec:
@@ -33,8 +35,10 @@ def trial_error_text(trial) -> str:
 
 
 class LedgerCallback(tune.Callback):
-    def __init__(self, ledger: Ledger, cell_ids: list[str], stream=None):
+    def __init__(self, ledger: Ledger, cell_ids: list[str], stream=None, pending_report_s: float = 0.0):
+        """pending_report_s: this often, what the pending cells wait for (0: never)."""
         self.ledger, self.cell_ids, self.stream = ledger, cell_ids, stream or sys.stdout
+        self.pending_report_s, self.pending_reported = pending_report_s, time.time()
 
     def __getstate__(self):  # Tune pickles callbacks with the experiment state; a terminal stream is not picklable
         return {**self.__dict__, "stream": None}
@@ -82,6 +86,20 @@ class LedgerCallback(tune.Callback):
         self.ledger.finish(cell.cell_id, INFRA_ERROR, time.time(), error=error)
         self.progress(f"finished {label(cell)}: infra_error: {error[:300]}")
         self.write_report(cell.cell_id)
+
+    def on_step_end(self, iteration, trials, **info):
+        """Now and then, the reservations pending cells wait for and what the cluster has free: on a cluster that
+        grows, which node type to add; on a fixed one, why a sweep's cells queue."""
+        if not self.pending_report_s or time.time() - self.pending_reported < self.pending_report_s:
+            return
+        self.pending_reported = time.time()
+        waiting = Counter(describe(t.placement_group_factory.required_resources) for t in trials
+                          if t.status == "PENDING")
+        if waiting:
+            import ray
+
+            needs = ", ".join(f"{n} x ({need})" for need, n in sorted(waiting.items()))
+            self.progress(f"pending: {needs}; free now: {describe(ray.available_resources()) or 'nothing'}")
 
     def write_report(self, cell_id: str) -> None:
         """The cell's run report (cells/<id>/report.md and .json), as soon as it ends."""

@@ -131,8 +131,9 @@ def start_ray(cluster: DictConfig) -> None:
         resources = {EMULATED_GPU: float(cluster.emulated_gpus)} if cluster.emulated_gpus else None
         # Loopback only. Ray 2.60's gRPC servers (GCS, raylet, workers) still listen on every interface, with no
         # setting to change it: the token guards them, and an agent in the isolated network mode cannot reach
-        # any of them. Metrics collection is off: its Prometheus endpoint answers without a token.
-        ray.init(num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
+        # any of them. Metrics collection is off: its Prometheus endpoint answers without a token. address="local":
+        # a Ray of its own, never a cluster that `ray start` left running on this machine.
+        ray.init(address="local", num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
                  _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
                  configure_logging=True, logging_level="WARNING",
                  _system_config={"enable_metrics_collection": False})
@@ -345,7 +346,8 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
         check_reservations(cfg, plan, tasks, emulated, keys is not None, out)
         with sweep_services(cfg, tasks, keys, emulated, remove_on_exit=not local and not cfg.grading.keep_running
                             ) as endpoints:
-            callbacks = [LedgerCallback(ledger, [c.cell_id for c in plan.to_run], stream=out)]
+            callbacks = [LedgerCallback(ledger, [c.cell_id for c in plan.to_run], stream=out,
+                                        pending_report_s=float(cfg.cluster.get("pending_report_s") or 0))]
             if cfg.logger.kind == "wandb":
                 callbacks.append(WandbCallback(cfg.logger.project, cfg.logger.get("entity"),
                                                wandb_mode(cfg.logger.mode), layout.output_dir))

@@ -46,8 +46,8 @@ def ray_cluster(cache_dir, grading_port, tmp_path_factory):
     import ray
     from ray import serve
 
-    ray.init(num_cpus=4, resources={"emulated_gpu": 1}, _node_ip_address="127.0.0.1", include_dashboard=False,
-             namespace="a2rl", log_to_driver=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=4, resources={"emulated_gpu": 1}, _node_ip_address="127.0.0.1",
+             include_dashboard=False, namespace="a2rl", log_to_driver=False, logging_level="WARNING")
     serve.start(http_options={"host": "127.0.0.1", "port": grading_port}, logging_config={"log_level": "WARNING"})
     from contracts.runs import get_or_create_registry
 

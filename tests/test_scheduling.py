@@ -70,12 +70,16 @@ def test_dry_run_lists_cells_and_gpu_hours_and_runs_nothing(run_sweep, tmp_path)
 
 
 def test_gpu_reservations_never_overlap(run_sweep):
-    """Two cells that each need the only (emulated) GPU run one after the other."""
-    _, _, out = run_sweep(["sweep=smoke", "sweep.agents=[sleeper]", "sweep.seeds=[0,1]",
-                           "sweep.budget.gpus=1", "sweep.budget.wall_time_s=3"])
+    """Two cells that each need the only (emulated) GPU run one after the other; meanwhile the progress says what the
+    pending one waits for."""
+    _, printed, out = run_sweep(["sweep=smoke", "sweep.agents=[sleeper]", "sweep.seeds=[0,1]",
+                                 "sweep.budget.gpus=1", "sweep.budget.wall_time_s=3", "cluster.pending_report_s=0.2"])
     rows = sorted(ledger_of(out).cells().values(), key=lambda r: r["started_at"])
     assert len(rows) == 2 and all(r["status"] == "budget_exhausted" for r in rows)
     assert rows[0]["ended_at"] <= rows[1]["started_at"]
+    waits = [line.split(" | ")[1] for line in printed.splitlines() if " | pending: " in line]
+    assert waits and all(w.startswith(("pending: 1 x (CPU=1, emulated_gpu=1); free now: ",
+                                       "pending: 2 x (CPU=1, emulated_gpu=1); free now: ")) for w in waits), printed
 
 
 def agent_processes(marker: str) -> list[psutil.Process]:
