@@ -39,6 +39,13 @@ COUNTER = {"name": "counter_vllm", "cls": "counter", "base_model": "tiny", "leve
                                                                                  "max_new_tokens": 8}}
 
 
+def alfworld_config() -> dict:
+    """The small ALFWorld task of the rollout tests (the same games), graded by vLLM, episodes cut at 8 steps."""
+    from tests.test_rollout_service import SMALL_TASK
+
+    return {**SMALL_TASK, "name": "alfworld_vllm", "max_steps": 8, "grader": {**SMALL_TASK["grader"], **VLLM_GRADER}}
+
+
 def variant(base: Path, out: Path, seed: int, **config_changes) -> Path:
     """The base model with its weights moved by noise (same architecture), or re-made with config changes."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -182,9 +189,9 @@ def engine_processes(marker: Path) -> list[int]:
 
 @needs_vllm
 def test_the_grading_service_grades_with_vllm_over_http(ray_cluster, cache_dir, grading_port, tmp_path):
-    """arithmetic (the demo task) and the counter (interactive, lockstep) graded by vLLM replicas: a copy of the base
-    scores the baseline, another model's replies equal the transformers backend's item by item, and removing the
-    applications leaves no engine process."""
+    """arithmetic (the demo task), the counter and ALFWorld (interactive, lockstep) graded by vLLM replicas: a copy of
+    the base scores the baseline, another model's replies equal the transformers backend's item by item (ALFWorld's
+    whole episodes, command by command), and removing the applications leaves no engine process."""
     import time
 
     from ray import serve
@@ -194,10 +201,11 @@ def test_the_grading_service_grades_with_vllm_over_http(ray_cluster, cache_dir, 
 
     arithmetic = to_plain(compose(["task=arithmetic"]).task)
     arithmetic = {**arithmetic, "name": "arithmetic_vllm", "grader": {**arithmetic["grader"], **VLLM_GRADER}}
-    base = resolve_base_model("tiny", cache_dir / "models")
+    configs = (arithmetic, COUNTER, alfworld_config())
     reference = TransformersBackend(batch_size=32, device="cpu", torch_threads=1)
     try:
-        for config in (arithmetic, COUNTER):
+        for config in configs:
+            base = resolve_base_model(config["base_model"], cache_dir / "models")
             spec = TaskSpec.from_config(config)
             deploy(spec, str(cache_dir), emulated_gpus=True)
             grader = {"url": f"http://127.0.0.1:{grading_port}/{spec.name}", "base": base,
@@ -216,9 +224,9 @@ def test_the_grading_service_grades_with_vllm_over_http(ray_cluster, cache_dir, 
             assert [i["completion"] for i in graded] == [i["completion"] for i in expected["items"]]
             if spec.level == 3:  # whole episodes agree, step by step
                 assert [i["commands"] for i in graded] == [i["commands"] for i in expected["items"]]
-        assert len(engine_processes(cache_dir)) == 2  # one resident engine per grader replica
+        assert len(engine_processes(cache_dir)) == 3  # one resident engine per grader replica
     finally:
-        for config in (arithmetic, COUNTER):
+        for config in configs:
             remove(app_name(config["name"]))
     deadline = time.monotonic() + 60
     while engine_processes(cache_dir) and time.monotonic() < deadline:
