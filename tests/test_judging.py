@@ -160,6 +160,14 @@ def test_alpacaeval_loads_the_upstream_layouts(tmp_path):
     assert len(train) == 20 and train[0]["prompt"] == "Name a colour number 0.\n\ncontext 0"
     assert train[1]["prompt"] == "Name a colour number 1." and train[1]["completion"] == "Colour 1 is blue."
     assert len(evals) == 12 and evals[3]["reference"] == "Hello person 3, welcome!"
+    # final_size: a seeded held-out final split out of the eval set; n_eval then caps the feedback split
+    assert task.final_rows() == []
+    held = load_task(alpacaeval_config(tmp_path, task.judge, final_size=4), tmp_path / "cache")
+    feedback, final = held.eval_rows(), held.final_rows()
+    assert len(feedback) == 8 and [r["id"] for r in final] == [f"alpacaeval-final-{i}" for i in range(4)]
+    assert sorted(r["instruction"] for r in feedback + final) == sorted(r["instruction"] for r in evals)
+    capped = load_task(alpacaeval_config(tmp_path, task.judge, final_size=4, n_eval=3), tmp_path / "cache")
+    assert capped.eval_rows() == feedback[:3] and capped.final_rows() == final
     assert task.judge_driver()["name"] == "j"
     assert task.hidden_paths() == [(tmp_path / "alpaca_eval").resolve()]   # the references: never in a sandbox
     with pytest.raises(ConfigError, match="alpacaeval_offline"):       # no judge: says what to do
