@@ -30,6 +30,7 @@ def task_cfg(name: str, hosts: int, replicas: int, max_sessions: int) -> dict:
     from orchestrator.sweep import load_named
 
     return {**load_named("task", name, "bench"), "name": f"{name}_bench", "max_steps": 100_000, "eval_salt": "bench",
+            "final_size": 0,  # the rollout service serves train questions only
             "rollout": {"num_hosts": hosts, "num_replicas": replicas, "max_sessions_per_run": max_sessions,
                         "idle_timeout_s": 600}}
 

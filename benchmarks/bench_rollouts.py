@@ -28,7 +28,7 @@ def task_cfg(n_games: int, hosts: int, replicas: int, max_sessions: int) -> dict
     from orchestrator.sweep import load_named
 
     return {**load_named("task", "alfworld", "bench"), "name": "alfworld_bench", "n_train": n_games, "n_eval": 1,
-            "seed": 7, "max_steps": 100_000,
+            "final_size": 0, "seed": 7, "max_steps": 100_000,
             "rollout": {"num_hosts": hosts, "num_replicas": replicas, "max_sessions_per_run": max_sessions,
                         "idle_timeout_s": 600}}
 

@@ -31,7 +31,7 @@ def task_cfg(n_products: int, hosts: int, max_sessions: int) -> dict:
     from orchestrator.sweep import load_named
 
     return {**load_named("task", "webshop", "bench"), "name": "webshop_bench", "n_products": n_products,
-            "n_train": 50, "n_eval": 1, "eval_salt": "bench", "max_steps": 100_000,
+            "n_train": 50, "n_eval": 1, "final_size": 0, "eval_salt": "bench", "max_steps": 100_000,
             "rollout": {"num_hosts": hosts, "num_replicas": 1, "max_sessions_per_run": max_sessions,
                         "idle_timeout_s": 600}}
 

@@ -8,6 +8,7 @@ for an interactive task, one episode per eval instance of its environment.
 from __future__ import annotations
 
 import inspect
+import random
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -155,6 +156,20 @@ class InteractiveTask(Task):
                          "messages": messages, "game": d.instance, "task": d.goal, **d.info, "step": d.index,
                          "episode": d.episode, "expert": d.expert})
         return rows
+
+
+FINAL_SEED = 0  # draws the held-out final split out of a fixed eval set (split_off_final): the same on every machine
+
+
+def split_off_final(items: list, final_size: int, task: str) -> tuple[list, list]:
+    """(feedback, final) of a task's fixed hidden set (GSM8K's test split, HumanEval's graded problems, AlpacaEval's
+    instructions): `final_size` items drawn with FINAL_SEED (a sample of the whole set: AlpacaEval's comes grouped
+    by source), the rest in their order. 0 keeps the set whole, the paper's feedback set."""
+    if final_size < 0 or (final_size and final_size >= len(items)):
+        raise ConfigError(f"task {task}: final_size={final_size} must be from 0 to {len(items) - 1}: its hidden set "
+                          f"has {len(items)} items and the feedback split keeps at least one")
+    chosen = set(random.Random(FINAL_SEED).sample(range(len(items)), final_size))
+    return [x for i, x in enumerate(items) if i not in chosen], [x for i, x in enumerate(items) if i in chosen]
 
 
 def task_class(name: str) -> type[Task]:

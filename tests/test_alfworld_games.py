@@ -203,7 +203,8 @@ def test_real_data_layout_is_discovered_with_the_unseen_split(games, tmp_path):
     put("train", "pick_clean_then_place_in_recep-AppleSliced-None-Fridge-4", games["pick_clean_then_place_in_recep"])
     put("train", "pick_cool_then_place_in_recep-Pan-None-Shelf-5", games["pick_cool_then_place_in_recep"],
         solvable=False)
-    put("valid_seen", "pick_two_obj_and_place-CD-None-Bed-6", games["pick_two_obj_and_place"])
+    seen = put("valid_seen", "pick_two_obj_and_place-CD-None-Bed-6", games["pick_two_obj_and_place"])
+    put("valid_seen", "pick_and_place_simple-Mug-None-Cabinet-1", games["pick_and_place_simple"])  # a train game's name
     unseen = put("valid_unseen", "look_at_obj_in_light-Book-None-DeskLamp-7", games["look_at_obj_in_light"])
     placeholder = json.loads(games["pick_clean_then_place_in_recep"].read_text())
     placeholder["grammar"] = placeholder["grammar"].replace(placeholder["a2rl"]["task"], "UNKNOWN GOAL")
@@ -219,6 +220,9 @@ def test_real_data_layout_is_discovered_with_the_unseen_split(games, tmp_path):
         "look_at_obj_in_light", "pick_clean_then_place_in_recep"]
     assert splits["eval"][0] == unseen
     assert game_sets(tmp_path / "unused", 0, 1, data_path=root)["eval"] == [unseen]
+    # the held-out final split: valid_seen, less any game named like a train or eval one, then capped
+    assert game_sets(tmp_path / "unused", 0, 0, data_path=root)["final"] == [seen]
+    assert game_sets(tmp_path / "unused", 0, 0, data_path=root, n_final=1)["final"] == [seen]
     assert real_splits(root, task_types=["heat"])["train"][0].parent.parent.name.startswith("pick_heat")
     with pytest.raises(FileNotFoundError):
         game_sets(tmp_path / "unused", 1, 1, data_path=tmp_path / "nothing_here")

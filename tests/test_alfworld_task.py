@@ -87,6 +87,31 @@ def test_splits_are_salted_hidden_and_disjoint(task, cache_dir):
     assert again.eval_games() == evals  # built once, found again
 
 
+def test_the_final_games_are_held_out_from_train_and_eval_and_graded(task, cache_dir):
+    """final_size games, salted, hidden, none equal to a train or eval game, built beside them without touching them;
+    the grader's final rows are played on them (their walkthroughs win each)."""
+    from envs.alfworld.generator import split_fingerprints
+
+    held = load_task({**SMALL_TASK, "final_size": 2}, cache_dir)  # the same secret: the same train and eval games
+    assert held.train_games() == task.train_games() and held.eval_games() == task.eval_games()
+    final = held.final_games()
+    assert len(final) == 2 and task.final_games() == [] and task.final_rows() == []
+    grading = (cache_dir / "grading").resolve()
+    assert all(grading in p.resolve().parents for p in final)  # the sandbox hides CACHE_DIR/grading
+    assert json.loads((final[0].parent.parent / "manifest.json").read_text())["salted"] is True
+    fps = {split: split_fingerprints(games[0].parent.parent) for split, games in
+           (("train", held.train_games()), ("eval", held.eval_games()), ("final", final))}
+    assert len(fps["final"]) == 2 and not fps["final"] & (fps["train"] | fps["eval"])
+    names = {split: {i.name for i in held.environment().instances(split)} for split in ("train", "eval", "final")}
+    assert not names["final"] & (names["train"] | names["eval"])
+    assert load_task({**SMALL_TASK, "final_size": 2}, cache_dir).final_games() == final  # built once, found again
+    rows = held.final_rows()
+    assert [(r["id"], r["split"], r["instance"]) for r in rows] == [
+        (f"alfworld_t-final-{i}", "final", p.parent.name) for i, p in enumerate(final)]
+    result = evaluate_loaded(held, ScriptedBackend(plans_of(final)), "scripted", rows, 12)
+    assert result["score"] == 100.0 and result["n"] == 2
+
+
 def test_expert_rows_built_in_processes_are_the_same(task, tmp_path):
     parallel = load_task({**SMALL_TASK, "build_workers": 2}, tmp_path)
     assert parallel.train_rows() == task.train_rows()

@@ -29,8 +29,8 @@ from tests.conftest import load_script
 
 WORLD = {"people": 24, "organisations": 8, "cities": 6, "countries": 3, "distractors": 2}
 SMALL = {"name": "deepsearchqa_t", "cls": "deepsearchqa", "level": 3, "base_model": "tiny-deepsearchqa",
-         "n_train": 6, "n_eval": 4, "seed": 0, "hops": [2, 3], "relations": None, "world": WORLD, "top_k": 3,
-         "max_steps": 6, "eval_salt": None, "data_path": None, "search": None, "eval_workers": 0,
+         "n_train": 6, "n_eval": 4, "final_size": 0, "seed": 0, "hops": [2, 3], "relations": None, "world": WORLD,
+         "top_k": 3, "max_steps": 6, "eval_salt": None, "data_path": None, "search": None, "eval_workers": 0,
          "rollout": {"num_hosts": 1, "max_sessions_per_run": 2, "idle_timeout_s": 60},
          "grader": {"backend": "transformers", "batch_size": 8, "max_new_tokens": 24, "num_cpus": 1, "num_gpus": 0}}
 
@@ -195,6 +195,24 @@ def test_eval_and_train_worlds_are_apart(task):
         assert all(hop.subject not in hit.text for hit in train.search(hop.query, 3))
 
 
+def test_the_final_questions_are_a_world_of_their_own_and_graded(task, cache_dir):
+    """final_size questions about a third salted world, none with a train or eval question's text; without them
+    train and eval are as they were; the grader's final rows are played on them (an expert of theirs wins each)."""
+    held = load_task({**SMALL, "final_size": 3}, cache_dir)  # the same secret: the same eval world
+    env, before = held.environment(), task.environment()
+    assert all(env._questions[split] == before._questions[split] for split in ("train", "eval"))
+    texts = {split: {env.question(i).question for i in env.instances(split)} for split in ("train", "eval", "final")}
+    assert len(texts["final"]) == 3 and not texts["final"] & (texts["train"] | texts["eval"])
+    assert len({id(env.backend(split)) for split in ("train", "eval", "final")}) == 3  # an index per world
+    assert task.final_rows() == [] and len(load_task({**SMALL, "final_size": None}, cache_dir).final_rows()) == 4
+    rows = held.final_rows()
+    assert [(r["id"], r["split"], r["instance"]) for r in rows] == [
+        (f"deepsearchqa_t-final-{i}", "final", inst.name) for i, inst in enumerate(env.instances("final"))]
+    plans = {env.question(i).question: plan(env.question(i)) for i in env.instances("final")}
+    result = evaluate_loaded(held, ExpertBackend(plans), "expert", rows, 24)
+    assert result["score"] == 100.0 and result["n"] == 3
+
+
 def test_agents_get_its_render_and_parse(tmp_path, task):
     from agents.kinds import agent_kind
     from contracts.specs import AgentSpec
@@ -247,6 +265,12 @@ def test_real_data_loaders_and_the_papers_split(tmp_path):
     order = np.random.default_rng(42).permutation(12)  # what datasets' shuffle(seed=42) draws
     assert [q.question for q in splits["train"]] == [rows[i]["problem"] for i in order[:4]]
     assert [q.question for q in splits["eval"]] == [rows[i]["problem"] for i in order[4:10]]
+    assert splits["final"] == []  # none unless asked
+    held = real_splits(tmp_path, n_train=4, n_eval=6, n_final=2)  # the next rows in the paper's order
+    assert held["eval"] == splits["eval"] and [q.question for q in held["final"]] == [rows[i]["problem"]
+                                                                                        for i in order[10:12]]
+    with pytest.raises(ValueError, match="lower final_size"):
+        real_splits(tmp_path, n_train=4, n_eval=6, n_final=3)
     first = splits["eval"][0]
     assert first.answer == rows[order[4]]["answer"] and first.answer_type == rows[order[4]]["answer_type"]
     assert first.info == {"answer_type": rows[order[4]]["answer_type"], "category": "Geography"}

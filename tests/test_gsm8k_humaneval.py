@@ -68,6 +68,16 @@ def test_gsm8k_loads_the_main_config_from_the_hub_layout(gsm8k_hub_folder):
     assert "#### <answer>" in text and "1,319" not in text and "(5 problems)" in text and "512 new tokens" in text
     small = load_task(task_config("gsm8k", data_path=str(gsm8k_hub_folder), train_size=4, eval_size=2))
     assert len(small.train_rows()) == 4 and small.eval_rows() == held_out[:2]
+    # final_size: a seeded held-out final split out of the test split, which the feedback split then lacks
+    assert task.final_rows() == []  # the default: the paper's whole test split is the feedback split
+    held = load_task(task_config("gsm8k", data_path=str(gsm8k_hub_folder), final_size=2))
+    feedback, final = held.eval_rows(), held.final_rows()
+    assert len(feedback) == 3 and [r["id"] for r in final] == ["gsm8k-final-0", "gsm8k-final-1"]
+    assert sorted(r["prompt"] for r in feedback + final) == sorted(r["prompt"] for r in held_out)
+    assert load_task(task_config("gsm8k", data_path=str(gsm8k_hub_folder), final_size=2)).final_rows() == final
+    assert "(3 problems; 2 more are a held-out final split)" in held.instructions()
+    with pytest.raises(ConfigError, match="final_size=5 must be from 0 to 4"):
+        load_task(task_config("gsm8k", data_path=str(gsm8k_hub_folder), final_size=5)).eval_rows()
 
 
 def test_gsm8k_loads_jsonl_split_files(tmp_path):
@@ -159,6 +169,12 @@ def test_humaneval_is_the_papers_split_of_the_packaged_problems(humaneval):
     assert humaneval.missing_data() == []  # bubblewrap is here
     text = humaneval.instructions()
     assert "first 82 HumanEval problems" in text and "other 82 problems" in text and "pass@1" in text
+    assert humaneval.final_rows() == []  # the default: the paper's 82 graded problems are the feedback split
+    held = load_task(task_config("humaneval", final_size=10))
+    feedback, final = [r["task_id"] for r in held.eval_rows()], [r["task_id"] for r in held.final_rows()]
+    assert len(feedback) == 72 and len(final) == 10 and sorted(feedback + final) == sorted(r["task_id"]
+                                                                                           for r in held_out)
+    assert "other 82 problems less the 10 of a held-out final split" in held.instructions()
 
 
 def test_humaneval_loads_a_problem_file_in_the_upstream_layout(tmp_path, humaneval):

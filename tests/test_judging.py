@@ -160,6 +160,14 @@ def test_alpacaeval_loads_the_upstream_layouts(tmp_path):
     assert len(train) == 20 and train[0]["prompt"] == "Name a colour number 0.\n\ncontext 0"
     assert train[1]["prompt"] == "Name a colour number 1." and train[1]["completion"] == "Colour 1 is blue."
     assert len(evals) == 12 and evals[3]["reference"] == "Hello person 3, welcome!"
+    # final_size: a seeded held-out final split out of the eval set; n_eval then caps the feedback split
+    assert task.final_rows() == []
+    held = load_task(alpacaeval_config(tmp_path, task.judge, final_size=4), tmp_path / "cache")
+    feedback, final = held.eval_rows(), held.final_rows()
+    assert len(feedback) == 8 and [r["id"] for r in final] == [f"alpacaeval-final-{i}" for i in range(4)]
+    assert sorted(r["instruction"] for r in feedback + final) == sorted(r["instruction"] for r in evals)
+    capped = load_task(alpacaeval_config(tmp_path, task.judge, final_size=4, n_eval=3), tmp_path / "cache")
+    assert capped.eval_rows() == feedback[:3] and capped.final_rows() == final
     assert task.judge_driver()["name"] == "j"
     assert task.hidden_paths() == [(tmp_path / "alpaca_eval").resolve()]   # the references: never in a sandbox
     with pytest.raises(ConfigError, match="alpacaeval_offline"):       # no judge: says what to do
@@ -309,7 +317,7 @@ def test_deepsearchqa_answers_regraded_by_a_judge(tmp_path):
     from envs.deepsearchqa.answers import normalize_answer
 
     config = {**load_named("task", "deepsearchqa_small", "test"), "n_train": 3, "n_eval": 3,
-              "judge": "local-vllm"}
+              "judge": "local-vllm", "eval_salt": "fixed"}  # fixed hidden worlds: the same questions every run
     task = load_task(check_task(config), tmp_path)
     assert task.judge_driver()["name"] == "local-vllm"
     env = task.environment()
@@ -334,6 +342,14 @@ def test_deepsearchqa_answers_regraded_by_a_judge(tmp_path):
     assert [i["score"] for i in judged["items"]] == [1.0, 0.0, 0.0]
     assert len(asked) == 2                                     # the unanswered episode asked nothing
     assert judged["score"] == pytest.approx(100 / 3) and judged["metrics"]["exact_match"] == 0.0
+    # a held-out final row is judged against its own question (final_size null: as many as n_eval), not the eval
+    # question of the same name
+    (row,) = task.final_rows()[:1]
+    gold = env.question(env.instances("final")[0]).answer
+    assert row["instance"] == rows[0]["instance"] and gold != questions[0].answer
+    item = {"id": row["id"], "score": 0.0, "won": False, "steps": 1, "commands": [f"answer[{gold}]"]}
+    judged = task.judge_episodes({"score": 0.0, "n": 1, "items": [item], "metrics": {}}, [row], Scripted())
+    assert judged["score"] == 100.0
 
 
 def test_repeat_agreement_says_how_often_a_judge_gives_the_same_reply_twice():

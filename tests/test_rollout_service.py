@@ -16,7 +16,7 @@ pytest.importorskip("textworld")
 # session cache. Its own name, so sweeps of the real `alfworld` task elsewhere never collide with it.
 SMALL_TASK = {
     "name": "alfworld_t", "cls": "alfworld", "level": 3,
-    "base_model": "tiny-alfworld", "n_train": 3, "n_eval": 2, "seed": 0,
+    "base_model": "tiny-alfworld", "n_train": 3, "n_eval": 2, "final_size": 0, "seed": 0,
     "task_types": ["pick", "clean", "look"], "max_steps": 50, "expert": "ordered", "expert_episodes": 2,
     "expert_noise": 0.3, "max_receptacles_per_type": None, "max_receptacles": None, "eval_salt": None,
     "data_path": None, "build_workers": 1, "eval_workers": 0,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import subprocess
 import sys
 
@@ -90,6 +91,14 @@ def test_alfworld_sweep_runs_sft_grpo_in_its_sandbox(run_sweep):
     (outcome,) = [e["payload"] for e in ledger.events(kind="outcome")]
     env = outcome["env_usage"]  # what it did in the environment, recorded with the cell
     assert env["resets"] > 0 and env["steps"] > 0 and env["closed"] >= 0, env
+    # the held-out score: its best submission (it marks none final) played on the final games (final_size: null,
+    # as many as n_eval), recorded in final.json and the ledger
+    final = json.loads((out / "cells" / cell["cell_id"] / "attempt-1" / "final.json").read_text())
+    best = next(s for s in subs if s["score"] == max(s["score"] for s in subs))
+    assert final["n"] == 2 and final["error"] is None and final["score"] is not None, final
+    assert (final["submission_id"], final["feedback_score"]) == (best["submission_id"], best["score"]), final
+    assert (cell["final_score"], cell["final_baseline_score"], cell["final_improvement"]) == (
+        final["score"], final["baseline_score"], final["improvement"])
     stdout = (out / "cells" / cell["cell_id"] / "attempt-1" / "agent.stdout").read_text()
     assert '"onpolicy_success"' in stdout
     assert "Environment (rollout service)" in (out / "cells" / cell["cell_id"] / "report.md").read_text()

@@ -25,8 +25,8 @@ from evaluators.evaluate import evaluate_loaded
 from tests.conftest import load_script
 
 SMALL = {"name": "webshop_t", "cls": "webshop", "level": 3, "base_model": "tiny-webshop", "n_products": 120,
-         "n_train": 12, "n_eval": 6, "seed": 0, "product_types": None, "max_steps": 15, "expert_episodes": 2,
-         "expert_noise": 0.3, "eval_salt": None, "data_path": None, "eval_workers": 0,
+         "n_train": 12, "n_eval": 6, "final_size": 3, "seed": 0, "product_types": None, "max_steps": 15,
+         "expert_episodes": 2, "expert_noise": 0.3, "eval_salt": None, "data_path": None, "eval_workers": 0,
          "rollout": {"num_hosts": 2, "num_replicas": 1, "max_sessions_per_run": 3, "idle_timeout_s": 30},
          "grader": {"backend": "transformers", "batch_size": 8, "max_new_tokens": 8, "num_cpus": 1, "num_gpus": 0}}
 
@@ -71,6 +71,29 @@ def test_eval_instructions_are_salted_and_disjoint_from_train(task, cache_dir):
     texts = {g["instruction_text"] for g in evals}
     assert not any(r["task"] in texts for r in rows)
     assert {r["game"] for r in rows} == {i.name for i in env.instances("train")}
+
+
+def test_final_instructions_are_held_out_from_train_and_eval_and_graded(task, cache_dir):
+    """final_size instructions for products and with texts of neither other split; without them train and eval are
+    as they were; the grader's final rows are played on them (an expert of the final instructions wins each)."""
+    env = task.environment()
+    train, evals, final = env.goals("train"), env.goals("eval"), env.goals("final")
+    assert len(final) == 3
+    for other in (train, evals):
+        assert not {g["asin"] for g in final} & {g["asin"] for g in other}
+        assert not {g["instruction_text"] for g in final} & {g["instruction_text"] for g in other}
+    names = {split: {i.name for i in env.instances(split)} for split in ("train", "eval", "final")}
+    assert len(names["final"]) == 3 and not names["final"] & (names["train"] | names["eval"])
+    without = load_task({**SMALL, "final_size": 0}, cache_dir)  # the same secret: the same eval instructions
+    assert without.environment().goals("eval") == evals and without.environment().goals("train") == train
+    assert without.final_rows() == [] and len(load_task({**SMALL, "final_size": None}, cache_dir).final_rows()) == 6
+    rows = task.final_rows()
+    assert [(r["id"], r["split"], r["instance"]) for r in rows] == [
+        (f"webshop_t-final-{i}", "final", inst.name) for i, inst in enumerate(env.instances("final"))]
+    perfect = evaluate_loaded(task, Policy(expert_of(env, "final")), "scripted", rows, 8)
+    assert perfect["score"] == 100.0 and perfect["n"] == 3
+    with pytest.raises(ValueError, match="n_products=120 must be at least n_train \\+ n_eval \\+ final_size"):
+        load_task({**SMALL, "final_size": 103}, cache_dir)
 
 
 # ---------------------------------------------------------------------------------------------- reward
@@ -201,14 +224,13 @@ def first_product_then_buy(prompt: str) -> str:
     return next((a for a in actions if a.startswith("click[b0")), "click[back to search]")
 
 
-def test_grading_plays_every_eval_instruction_in_lockstep(task):
-    rows = task.eval_rows()
-    env = task.environment()
-    by_text = {g["instruction_text"]: g for g in env.goals("eval")}
+def expert_of(env: WebShopEnvironment, split: str):
+    """An expert that reads the target off the instruction, for the split's instructions only (tests only)."""
+    from envs.webshop.shop import ShopSession
 
-    def the_expert(prompt: str) -> str:  # an expert that reads the target off the instruction (tests only)
-        from envs.webshop.shop import ShopSession
+    by_text = {g["instruction_text"]: g for g in env.goals(split)}
 
+    def the_expert(prompt: str) -> str:
         lines = prompt.splitlines()
         goal = by_text[lines[0].removeprefix("Instruction: ")]
         session = ShopSession(env.shop, goal)
@@ -217,7 +239,13 @@ def test_grading_plays_every_eval_instruction_in_lockstep(task):
             session.step(action)
         return expert.expert_action(session)
 
-    perfect = evaluate_loaded(task, Policy(the_expert), "scripted", rows, 8)
+    return the_expert
+
+
+def test_grading_plays_every_eval_instruction_in_lockstep(task):
+    rows = task.eval_rows()
+    env = task.environment()
+    perfect = evaluate_loaded(task, Policy(expert_of(env, "eval")), "scripted", rows, 8)
     assert perfect["score"] == 100.0 and perfect["metrics"]["success_rate"] == 100.0 and perfect["n"] == 6
     assert all(item["won"] and item["commands"][-1] == "click[buy now]" for item in perfect["items"])
     naive = evaluate_loaded(task, Policy(first_product_then_buy), "scripted", rows, 8)
@@ -268,6 +296,7 @@ def test_the_base_model_through_the_grading_service(ray_cluster, cache_dir, grad
         "cell_id": "ws", "workspace": str(workspace), "records_dir": str(tmp_path), "code_repo": str(tmp_path / "g"),
         "started_at": time.time(), "deadline": time.time() + 600, "max_submissions": 2}).result()
     assert registered["n_eval"] == 6 and 0.0 <= registered["baseline_score"] <= 100.0
+    assert registered["n_final"] == 3 and 0.0 <= registered["final_baseline_score"] <= 100.0
     shutil.copytree(resolve_base_model("tiny-webshop", cache_dir / "models"), workspace / "output" / "copy")
     r = httpx.post(f"http://127.0.0.1:{grading_port}/{SMALL['name']}/submit", json={"model_path": "output/copy"},
                    headers={"Authorization": f"Bearer {token}"}, timeout=600)
@@ -275,8 +304,17 @@ def test_the_base_model_through_the_grading_service(ray_cluster, cache_dir, grad
     record = r.json()
     assert record["score"] == registered["baseline_score"] and "copy_of_base" in record["flags"]
     assert 0.0 <= record["metrics"]["success_rate"] <= 100.0
-    items = json.loads(next((cache_dir / "grading" / SMALL["name"]).rglob("*.items.json")).read_text())["items"]
+    graded = cache_dir / "grading" / SMALL["name"]
+    items = json.loads(next(graded.glob("*/*.items.json")).read_text())["items"]
     assert len(items) == 6 and all(0 < item["steps"] <= 15 for item in items)
+    # when the run ends, its submission is scored on the held-out final instructions, whose episodes were played
+    final = handle.close_run.remote(token).result()["final"]
+    assert final["submission_id"] == 1 and final["n"] == 3 and final["error"] is None
+    assert final["score"] == registered["final_baseline_score"] and final["improvement"] == 0  # a copy of the base
+    items = json.loads(next(graded.glob("*/final/*.items.json")).read_text())["items"]
+    assert [item["id"] for item in items] == [f"webshop_t-final-{i}" for i in range(3)]
+    assert all(0 < item["steps"] <= 15 for item in items)
+    assert json.loads((tmp_path / "final.json").read_text()) == final
 
 
 # ---------------------------------------------------------------------------------------------- rollout service
@@ -371,6 +409,15 @@ def test_upstream_products_instructions_and_human_trajectories(tmp_path):
     train, evals = env.goals("train"), env.goals("eval")
     assert len(evals) == 10 and len(train) == 20 and not {g["asin"] for g in train} & {g["asin"] for g in evals}
     assert env.goals("eval") == WebShopEnvironment(UpstreamShop(str(tmp_path), 20, 10), 15).goals("eval")
+    # the held-out final instructions: the sessions after the eval ones (train, in a set this small, after them)
+    held = WebShopEnvironment(UpstreamShop(str(tmp_path), 20, 10, n_final=5), 15)
+    final, later = held.goals("final"), held.goals("train")
+    assert held.goals("eval") == evals and len(final) == 5 and len(later) == 20
+    texts = {g["instruction_text"] for g in final}
+    assert len(texts) == 5 and not texts & {g["instruction_text"] for g in evals + later}
+    assert all(g in train for g in final)  # sessions from 10 on, where train began without a final split
+    with pytest.raises(ValueError, match="lower final_size"):
+        WebShopEnvironment(UpstreamShop(str(tmp_path), 20, 10, n_final=31), 15).goals("final")
     # a purchase of the instruction's product with its options earns the full reward on upstream data too
     episode = env.open(env.instances("eval")[0])
     episode.reset()
@@ -392,7 +439,7 @@ def test_upstream_products_instructions_and_human_trajectories(tmp_path):
     lines = [trajectory(train[0]), trajectory(train[0]), trajectory(evals[0])]
     (tmp_path / "il_trajs_finalized_images.jsonl").write_text("".join(json.dumps(t) + "\n" for t in lines))
     task = load_task({**SMALL, "name": "webshop_upstream_t", "data_path": str(tmp_path), "n_train": 20,
-                      "n_eval": 10}, tmp_path / "cache")
+                      "n_eval": 10, "final_size": 0}, tmp_path / "cache")  # train as above: from session 10
     rows = task.train_rows()
     assert len(rows) == 4 and {r["episode"] for r in rows} == {0, 1} and {r["expert"] for r in rows} == {"human"}
     assert all(r["task"] == train[0]["instruction_text"] for r in rows)

@@ -6,7 +6,7 @@
 - ``engine``: ``AlfWorldGame(path)``: reset / step in the real engine (textworld + the ALFWorld wrappers).
 - ``prompt``: render / parse, the one prompt / reply format of the training data, the grader and the agents.
 - ``expert``, ``ordered_expert``: expert episodes (search expert or planner walkthrough) as demonstrations.
-- ``real_data``: upstream ``json_2.1.1`` discovery (train, valid_unseen as eval).
+- ``real_data``: upstream ``json_2.1.1`` discovery (train, valid_unseen as eval, valid_seen as the final split).
 """
 
 from __future__ import annotations
@@ -20,20 +20,23 @@ from .generator import TASK_TYPES, build_splits, generate_game, generate_split  
 
 def game_sets(out_dir: str | Path, n_train: int, n_eval: int, seed: int = 0,
               task_types: Sequence[str] | None = None, *, data_path: str | Path | None = None,
-              eval_dir: str | Path | None = None, eval_salt: str = "") -> dict[str, list[Path]]:
-    """Train and eval game files.
+              eval_dir: str | Path | None = None, eval_salt: str = "", n_final: int = 0) -> dict[str, list[Path]]:
+    """Train and eval game files (and final ones, from upstream data; generated: ``generator.build_final_split``).
 
     With ``data_path`` pointing at upstream ALFWorld data (``json_2.1.1`` or its parent), its ``train`` and
-    ``valid_unseen`` games (``n_train`` / ``n_eval`` cap them when > 0, taking the first of the sorted lists). Otherwise
-    generated games: :func:`generator.build_splits` under ``out_dir`` (eval under ``eval_dir`` if given).
+    ``valid_unseen`` games, and its ``valid_seen`` games as the final split, less any whose folder names a train or
+    eval game (``n_train`` / ``n_eval`` / ``n_final`` cap them when > 0, taking the first of the sorted lists).
+    Otherwise generated games: :func:`generator.build_splits` under ``out_dir`` (eval under ``eval_dir`` if given).
     """
     if data_path:
         from .real_data import real_splits
 
-        splits = real_splits(data_path, task_types)
-        if n_train > 0:
-            splits["train"] = splits["train"][:n_train]
-        if n_eval > 0:
-            splits["eval"] = splits["eval"][:n_eval]
+        splits = real_splits(data_path, task_types, splits=("train", "eval", "final"))
+        for split, cap in (("train", n_train), ("eval", n_eval)):
+            if cap > 0:
+                splits[split] = splits[split][:cap]
+        taken = {game.parent.parts[-2:] for split in ("train", "eval") for game in splits[split]}
+        final = [game for game in splits["final"] if game.parent.parts[-2:] not in taken]
+        splits["final"] = final[:n_final] if n_final > 0 else final
         return splits
     return build_splits(out_dir, n_train, n_eval, seed, task_types, eval_salt=eval_salt, eval_dir=eval_dir)

@@ -13,7 +13,8 @@ fails is replaced by the next candidate of the same seed, so a seed always gives
 
 Splits: :func:`build_splits` makes the eval set from one seed range and the train set from a disjoint one, and drops
 any train game whose problem equals an eval game's. The eval set can be salted (``salt``): without the salt, knowing
-the seeds does not rebuild it.
+the seeds does not rebuild it. :func:`build_final_split` makes the held-out final set from the upper half of the eval
+range, salted the same way, dropping any game equal to a train or eval one.
 """
 
 from __future__ import annotations
@@ -49,9 +50,11 @@ TASK_ALIASES: dict[str, str] = {
     "pick_two": "pick_two_obj_and_place",
     "two": "pick_two_obj_and_place",
 }
-# Offsets of the seed ranges used by build_splits (train seeds stay below EVAL_SEED_BASE).
+# Offsets of the seed ranges used by build_splits (train seeds stay below EVAL_SEED_BASE). The final split takes the
+# upper half of each eval range (an eval set never gets near it: a skipped seed is one duplicate game).
 EVAL_SEED_BASE = 1_000_000_000
 SPLIT_SEED_SPAN = 10_000_000
+FINAL_SEED_OFFSET = SPLIT_SEED_SPAN // 2
 
 # Every otype / rtype the upstream problems declare (the goal formulas refer to e.g. DeskLampType, so all are declared).
 OTYPES: tuple[str, ...] = (
@@ -521,10 +524,25 @@ def build_splits(out_dir: str | Path, n_train: int, n_eval: int, seed: int = 0,
     train_first = seed * SPLIT_SEED_SPAN
     eval_first = EVAL_SEED_BASE + seed * SPLIT_SEED_SPAN
     eval_paths = generate_split(eval_dir, n_eval, eval_first, task_types, salt=eval_salt,
-                                seed_limit=eval_first + SPLIT_SEED_SPAN, max_per_type=max_per_type,
+                                seed_limit=eval_first + FINAL_SEED_OFFSET, max_per_type=max_per_type,
                                 max_receptacles=max_receptacles, workers=workers)
     eval_fps = split_fingerprints(eval_dir)
     train_paths = generate_split(out_dir / "train", n_train, train_first, task_types, exclude=eval_fps,
                                  seed_limit=train_first + SPLIT_SEED_SPAN, max_per_type=max_per_type,
                                  max_receptacles=max_receptacles, workers=workers)
     return {"train": train_paths, "eval": eval_paths}
+
+
+def build_final_split(out_dir: str | Path, n_final: int, seed: int = 0, task_types: Sequence[str] | None = None, *,
+                      eval_salt: str = "", exclude: Iterable[str] = (), max_per_type: int | None = None,
+                      max_receptacles: int | None = None, workers: int = 1) -> list[Path]:
+    """The held-out final split under ``out_dir``: ``n_final`` games from seeds ``EVAL_SEED_BASE + seed *
+    SPLIT_SEED_SPAN + FINAL_SEED_OFFSET + i`` (the upper half of the eval range, so the eval set stays as it was),
+    salted with ``eval_salt`` like the eval set; any game whose problem is in ``exclude`` (the train and eval
+    fingerprints) is skipped."""
+    if not 0 <= seed < EVAL_SEED_BASE // SPLIT_SEED_SPAN:
+        raise ValueError("seed out of range")
+    first = EVAL_SEED_BASE + seed * SPLIT_SEED_SPAN + FINAL_SEED_OFFSET
+    return generate_split(out_dir, n_final, first, task_types, salt=eval_salt, exclude=exclude,
+                          seed_limit=first + SPLIT_SEED_SPAN - FINAL_SEED_OFFSET, max_per_type=max_per_type,
+                          max_receptacles=max_receptacles, workers=workers)

@@ -10,7 +10,10 @@ Layout::
 Game discovery follows the upstream ``AlfredTWEnv.collect_game_files``: a folder with ``traj_data.json`` is a game
 when its ``game.tw-pddl`` exists, has ``solvable: true``, its task type is wanted, and its path names neither a movable
 receptacle task nor a sliced object ("movable", "Sliced"). Results are sorted, so a split is the same list everywhere.
-Train games come from ``train``, eval games from ``valid_unseen`` (the benchmark's unseen split).
+Train games come from ``train``, eval games from ``valid_unseen`` (the benchmark's unseen split, what the paper
+reports), and the held-out final games from ``valid_seen``: upstream's only other split of games no train trial
+plays (its rooms are train rooms, so it is the easier, in-distribution half; a final score is compared with the base
+model's on the same split, never with the eval score).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from pathlib import Path
 from .generator import TASK_TYPES, normalize_task_type
 
 DATA_DIRNAME = "json_2.1.1"
-SPLIT_DIRS = {"train": "train", "eval": "valid_unseen", "valid_unseen": "valid_unseen", "valid_seen": "valid_seen",
-              "eval_in_distribution": "valid_seen", "eval_out_of_distribution": "valid_unseen"}
+SPLIT_DIRS = {"train": "train", "eval": "valid_unseen", "final": "valid_seen", "valid_unseen": "valid_unseen",
+              "valid_seen": "valid_seen", "eval_in_distribution": "valid_seen",
+              "eval_out_of_distribution": "valid_unseen"}
 
 
 def resolve_data_root(path: str | os.PathLike) -> Path:

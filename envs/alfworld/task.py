@@ -1,11 +1,13 @@
 """Level-3 task ``alfworld``: household text games played step by step; the score is the eval success rate x100.
 
 Games: generated offline (``envs.alfworld.generator``, six task types) or upstream ALFWorld data (``data_path``).
-They live under CACHE_DIR/grading/alfworld/<key>/{train,eval} (hidden from agents): built once, under a file lock,
-by whichever process needs them first (grader, rollout service or orchestrator). The eval split is salted with a
+They live under CACHE_DIR/grading/alfworld/<key>/{train,eval,final-<n>} (hidden from agents): built once, under a file
+lock, by whichever process needs them first (grader, rollout service or orchestrator). The eval split is salted with a
 secret (``eval_salt`` in the config, else a random salt kept in CACHE_DIR/grading/alfworld-eval-salt), so knowing the
 generator and its seeds does not rebuild it. Train games are generated from a disjoint seed range, and any train
-game equal to an eval game is dropped.
+game equal to an eval game is dropped. The held-out final split (``final_size`` games) is built after both, in a folder
+of its own (so adding it leaves the train and eval games and their cache as they were), salted like the eval split,
+with no game equal to a train or eval one; upstream data: ``valid_seen`` (see ``envs.alfworld.real_data``).
 
 - ``environment()``: the games as an Environment (``envs.alfworld.environment``): the grader plays the eval games
   (score = 100 x won / games, evaluators.lockstep), the rollout service serves the train games.
@@ -48,12 +50,13 @@ def _expert_demonstrations(job: tuple) -> list[Demonstration]:
 class AlfWorldTask(InteractiveTask):
     environment_class = AlfWorldEnvironment
 
-    def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, seed: int, task_types: list[str] | None,
-                 max_receptacles_per_type: int | None, max_receptacles: int | None, max_steps: int, expert: str,
-                 expert_episodes: int, expert_noise: float, eval_salt: str | None, data_path: str | None,
-                 build_workers: int, eval_workers: int):
-        """n_train / n_eval: generated games per split (with data_path: caps, 0 = all); task_types: the six upstream
-        types or aliases (pick, look, clean, heat, cool, pick_two), cycled; max_receptacles_per_type /
+    def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
+                 task_types: list[str] | None, max_receptacles_per_type: int | None, max_receptacles: int | None,
+                 max_steps: int, expert: str, expert_episodes: int, expert_noise: float, eval_salt: str | None,
+                 data_path: str | None, build_workers: int, eval_workers: int):
+        """n_train / n_eval: generated games per split (with data_path: caps, 0 = all); final_size: games in the
+        held-out final split (None: as many as n_eval; with data_path: a cap on valid_seen, 0 = all); task_types: the
+        six upstream types or aliases (pick, look, clean, heat, cool, pick_two), cycled; max_receptacles_per_type /
         max_receptacles: smaller rooms (at most this many receptacles of a type / in all; None: the upstream
         ranges); expert: the SFT trajectories' expert, "search", "ordered" (search in the listed order: easier to
         imitate) or "planner"; expert_episodes / expert_noise (ordered only): episodes per train game, all but the
@@ -65,6 +68,7 @@ class AlfWorldTask(InteractiveTask):
         if expert not in ("search", "ordered", "planner"):
             raise ValueError(f"task {name}: expert={expert!r} must be 'search', 'ordered' or 'planner'")
         self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
+        self.n_final = self.n_eval if final_size is None else int(final_size)
         self.task_types = list(task_types) if task_types else None
         for knob, value in (("max_receptacles_per_type", max_receptacles_per_type),
                             ("max_receptacles", max_receptacles)):
@@ -81,6 +85,8 @@ class AlfWorldTask(InteractiveTask):
         self.eval_workers = int(eval_workers)  # processes stepping eval games while the model generates
         if not data_path and (self.n_train < 1 or self.n_eval < 1):
             raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1")
+        if self.n_final < 0:
+            raise ValueError(f"task {name}: final_size={final_size} must be >= 0 (or null: as many as n_eval)")
 
     # -- games ------------------------------------------------------------------------------------------------
     def _salt(self) -> str:
@@ -101,31 +107,64 @@ class AlfWorldTask(InteractiveTask):
         key = hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
         return self.cache_dir / "grading" / "alfworld" / key
 
+    @staticmethod
+    def _build_once(folder: Path, build) -> None:
+        """build(tmp) fills a temporary folder, renamed to `folder` when done: once, under a file lock (the grader,
+        the rollout hosts and the orchestrator may ask at the same time). build returns what done.json says."""
+        if (folder / "done.json").exists():
+            return
+        with locked(folder.parent / f".{folder.name}.lock"):
+            if (folder / "done.json").exists():
+                return
+            tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+            try:
+                (tmp / "done.json").write_text(json.dumps(build(tmp)))
+                shutil.rmtree(folder, ignore_errors=True)
+                os.rename(tmp, folder)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+
     @cached_property
     def _splits(self) -> dict[str, list[Path]]:
         from envs.alfworld import game_sets
 
         if self.data_path:
             return game_sets(self.games_dir, self.n_train, self.n_eval, data_path=self.data_path,
-                             task_types=self.task_types)
-        final = self.games_dir
-        if not (final / "done.json").exists():
-            with locked(final.parent / f".{final.name}.lock"):
-                if not (final / "done.json").exists():
-                    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-                    try:
-                        from envs.alfworld.generator import build_splits
+                             task_types=self.task_types, n_final=self.n_final)
 
-                        build_splits(tmp, self.n_train, self.n_eval, self.seed, self.task_types,
-                                     eval_salt=self._salt(), eval_dir=tmp / "eval",
-                                     max_per_type=self.max_receptacles_per_type,
-                                     max_receptacles=self.max_receptacles, workers=self.build_workers)
-                        (tmp / "done.json").write_text(json.dumps({"n_train": self.n_train, "n_eval": self.n_eval}))
-                        shutil.rmtree(final, ignore_errors=True)
-                        os.rename(tmp, final)
-                    finally:
-                        shutil.rmtree(tmp, ignore_errors=True)
-        return {split: sorted((final / split).rglob("game.tw-pddl")) for split in ("train", "eval")}
+        def build(tmp: Path) -> dict:
+            from envs.alfworld.generator import build_splits
+
+            build_splits(tmp, self.n_train, self.n_eval, self.seed, self.task_types, eval_salt=self._salt(),
+                         eval_dir=tmp / "eval", max_per_type=self.max_receptacles_per_type,
+                         max_receptacles=self.max_receptacles, workers=self.build_workers)
+            return {"n_train": self.n_train, "n_eval": self.n_eval}
+
+        self._build_once(self.games_dir, build)
+        return {split: sorted((self.games_dir / split).rglob("game.tw-pddl")) for split in ("train", "eval")}
+
+    @cached_property
+    def _final(self) -> list[Path]:
+        """The held-out final games: built after the train and eval games, in a folder of their own (its name has
+        their number), so a cache built without them keeps its games and train rows."""
+        if self.data_path:
+            return self._splits["final"]
+        if not self.n_final:
+            return []
+        self.train_games()  # builds the train and eval games first: no final game may equal one of them
+
+        def build(tmp: Path) -> dict:
+            from envs.alfworld.generator import build_final_split, split_fingerprints
+
+            taken = split_fingerprints(self.games_dir / "train") | split_fingerprints(self.games_dir / "eval")
+            build_final_split(tmp, self.n_final, self.seed, self.task_types, eval_salt=self._salt(), exclude=taken,
+                              max_per_type=self.max_receptacles_per_type, max_receptacles=self.max_receptacles,
+                              workers=self.build_workers)
+            return {"n_final": self.n_final}
+
+        folder = self.games_dir / f"final-{self.n_final}"
+        self._build_once(folder, build)
+        return sorted(folder.rglob("game.tw-pddl"))
 
     def game_name(self, path: Path) -> str:
         """A game's public name: its folder (generated) or its last two folders (upstream data)."""
@@ -137,9 +176,12 @@ class AlfWorldTask(InteractiveTask):
     def eval_games(self) -> list[Path]:
         return list(self._splits["eval"])
 
+    def final_games(self) -> list[Path]:
+        return list(self._final)
+
     @cached_property
     def _environment(self) -> AlfWorldEnvironment:
-        games = {"train": self.train_games(), "eval": self.eval_games()}
+        games = {"train": self.train_games(), "eval": self.eval_games(), "final": self.final_games()}
         names = {path: self.game_name(path) for paths in games.values() for path in paths}
         return AlfWorldEnvironment(games, names, self.max_steps)
 
@@ -184,6 +226,7 @@ class AlfWorldTask(InteractiveTask):
         max_new = self.grader.max_new_tokens
         n_games = len(self.train_games())
         default = "ALFWorld: household text games (find, take, clean, heat, cool, place)."
+        final = f" (a held-out final split has {self.n_final} more)" if self.n_final else ""
         return f"""{self.description.strip() or default}
 
 You post-train a model that plays text household games ("put a clean mug in the coffeemachine", "look at the book
@@ -211,8 +254,8 @@ The expert ({self.expert}) uses only what the prompt shows; it never sees hidden
 
 ## How the grader plays and scores
 
-The hidden eval split has {self.n_eval} other games of the same kinds. For each, the grader resets the game and, every
-step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
+The hidden eval split has {self.n_eval} other games of the same kinds{final}. For each, the grader resets the game
+and, every step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
 add_generation_prompt=True)`) and decodes greedily, at most {max_new} new tokens, stopping at the eos token:
 
     system:    {prompt.SYSTEM_PROMPT}

@@ -3,7 +3,9 @@
 The set is 900 questions in one split (``eval``, the file ``DSQA-full.csv``) with the columns ``problem``,
 ``problem_category``, ``answer`` and ``answer_type`` ("Single Answer" or "Set Answer"). The paper (AutoRL-Bench,
 ``benchmarks/deepsearchqa/data.py``) shuffles it with seed 42 (``datasets.Dataset.shuffle``) and takes the first
-100 as train and the next 200 as eval; the rest is unused. ``data_path`` is either:
+100 as train and the next 200 as eval; the rest is unused there. The held-out final split is the next ``n_final``
+after those (skipping any whose question is a train or eval one), so the paper's two splits stay as they were.
+``data_path`` is either:
 
 - a dataset id (``google/deepsearchqa``): loaded with ``datasets.load_dataset(id, split="eval")`` (needs network);
 - a local file: the CSV (``DSQA-full.csv``), JSONL or Parquet with those columns;
@@ -56,14 +58,11 @@ def load_rows(data_path: str | os.PathLike) -> list[dict]:
                             f"such as {DATASET_ID}")
 
 
-def paper_split(rows: list[dict], n_train: int = 100, n_eval: int = 200, seed: int = SPLIT_SEED
-                ) -> tuple[list[dict], list[dict]]:
-    """The paper's split: the rows shuffled by `datasets.Dataset.shuffle(seed=42)`, the first `n_train` for
-    train and the next `n_eval` for eval."""
+def paper_order(rows: list[dict], seed: int = SPLIT_SEED) -> list[dict]:
+    """The rows shuffled as the paper does: `datasets.Dataset.shuffle(seed=42)`."""
     import datasets
 
-    shuffled = datasets.Dataset.from_list(rows).shuffle(seed=seed).to_list()
-    return shuffled[:n_train], shuffled[n_train:n_train + n_eval]
+    return datasets.Dataset.from_list(rows).shuffle(seed=seed).to_list()
 
 
 def question(row: dict, name: str) -> Question:
@@ -73,15 +72,24 @@ def question(row: dict, name: str) -> Question:
                           "category": str(row.get("problem_category") or "")})
 
 
-def real_splits(data_path: str | os.PathLike, n_train: int = 100, n_eval: int = 200) -> dict[str, list[Question]]:
+def real_splits(data_path: str | os.PathLike, n_train: int = 100, n_eval: int = 200, n_final: int = 0
+                ) -> dict[str, list[Question]]:
     rows = load_rows(data_path)
     missing = [c for c in COLUMNS if rows and c not in rows[0]]
     if not rows or missing:
         raise ValueError(f"DeepSearchQA data {data_path}: " + (f"columns {missing} are missing (it has "
                          f"{sorted(rows[0])})" if rows else "no rows"))
-    train, evals = paper_split(rows, n_train, n_eval)
+    shuffled = paper_order(rows)
+    train, evals = shuffled[:n_train], shuffled[n_train:n_train + n_eval]  # the paper's split
     if not evals:
         raise ValueError(f"DeepSearchQA data {data_path}: {len(rows)} rows leave no eval question after "
                          f"{n_train} train ones")
+    taken = {str(r["problem"]).strip() for r in train + evals}
+    final = [r for r in shuffled[n_train + n_eval:] if str(r["problem"]).strip() not in taken][:n_final]
+    if len(final) < n_final:
+        raise ValueError(f"DeepSearchQA data {data_path}: only {len(final)} of its {len(rows)} rows are left for "
+                         f"the final split after {n_train} train and {n_eval} eval ones; lower final_size (it "
+                         f"asks for {n_final})")
     return {"train": [question(r, f"dsqa-{i:03d}") for i, r in enumerate(train)],
-            "eval": [question(r, f"dsqa-{i:03d}") for i, r in enumerate(evals)]}
+            "eval": [question(r, f"dsqa-{i:03d}") for i, r in enumerate(evals)],
+            "final": [question(r, f"dsqa-{i:03d}") for i, r in enumerate(final)]}

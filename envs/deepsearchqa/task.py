@@ -6,7 +6,9 @@ Questions: generated offline (``envs.deepsearchqa.generated``: a world and its B
 dataset id or a local file; the paper's seeded 100 / 200 split) searched through a configured backend (``search``:
 an HTTP search API, or a local document collection). The eval world is salted with a secret (``eval_salt`` in the
 config, else a random salt kept in CACHE_DIR/grading/deepsearchqa-eval-salt), so the generator and its seeds do not
-rebuild it, and its documents are in the eval split's index only: a train session's searches never reach them.
+rebuild it, and its documents are in the eval split's index only: a train session's searches never reach them. The
+held-out final split (``final_size`` questions) is a third world of its own, salted the same way (real data: the
+questions after the paper's 200 eval ones in its shuffled order).
 
 - ``environment()``: the questions as an Environment (``envs.deepsearchqa.environment``): the grader plays the eval
   questions (evaluators.lockstep), the rollout service serves the train ones.
@@ -35,23 +37,27 @@ SEARCH_DEFAULTS = {"url": None, "query_param": "q", "key_env": None, "key_param"
 class DeepSearchQATask(InteractiveTask):
     environment_class = DeepSearchQAEnvironment
 
-    def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, seed: int, hops: list[int],
-                 relations: list[str] | None, world: dict, top_k: int, max_steps: int, eval_salt: str | None,
-                 data_path: str | None, search: dict | None, eval_workers: int = 0, judge: dict | None = None):
-        """n_train / n_eval: questions per split (real data: the paper's 100 / 200 unless set otherwise); hops:
-        chain lengths of generated questions, cycled; relations: the kinds of facts chains use (null: all of
-        envs.deepsearchqa.world.RELATIONS); world: sizes of each split's world; top_k: results per search;
-        max_steps: actions per episode; data_path: the real set (dataset id or local path) instead of generated
-        questions; search: its backend (an HTTP API's url, or local documents); eval_workers: processes stepping
-        eval episodes during grading (0: in the grader's process); judge: a driver config (a sweep resolves a
-        conf/driver name) whose LLM decides whether an answer is correct, in place of the exact/alias match."""
+    def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
+                 hops: list[int], relations: list[str] | None, world: dict, top_k: int, max_steps: int,
+                 eval_salt: str | None, data_path: str | None, search: dict | None, eval_workers: int = 0,
+                 judge: dict | None = None):
+        """n_train / n_eval: questions per split (real data: the paper's 100 / 200 unless set otherwise); final_size:
+        questions in the held-out final split (None: as many as n_eval); hops: chain lengths of generated questions,
+        cycled; relations: the kinds of facts chains use (null: all of envs.deepsearchqa.world.RELATIONS); world:
+        sizes of each split's world; top_k: results per search; max_steps: actions per episode; data_path: the real
+        set (dataset id or local path) instead of generated questions; search: its backend (an HTTP API's url, or
+        local documents); eval_workers: processes stepping eval episodes during grading (0: in the grader's
+        process); judge: a driver config (a sweep resolves a conf/driver name) whose LLM decides whether an answer
+        is correct, in place of the exact/alias match."""
         super().__init__(spec)
         name = spec.name
         self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
+        self.n_final = self.n_eval if final_size is None else int(final_size)
         self.hops = [int(h) for h in hops]
         self.top_k, self.max_steps = int(top_k), int(max_steps)
-        if self.n_train < 1 or self.n_eval < 1:
-            raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1")
+        if self.n_train < 1 or self.n_eval < 1 or self.n_final < 0:
+            raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1, "
+                             f"final_size={final_size} >= 0 (or null: as many as n_eval)")
         if not self.hops or any(h < 1 or h >= self.max_steps for h in self.hops):
             raise ValueError(f"task {name}: hops={hops} must be chain lengths from 1 to max_steps - 1 "
                              f"({self.max_steps - 1}): the answer takes a step too")
@@ -87,14 +93,15 @@ class DeepSearchQATask(InteractiveTask):
         from envs.deepsearchqa.answers import JUDGE_SYSTEM, judge_prompt, judge_says_correct
 
         env = self.environment()
-        by_name = {inst.name: inst for inst in env.instances("eval")}
+        splits = {row.get("split", "eval") for row in rows}  # the feedback split's rows, or the final split's
+        by_name = {(split, inst.name): inst for split in splits for inst in env.instances(split)}
 
         def regrade(pair):
             row, item = pair
             last = prompt.split_action(item["commands"][-1]) if item["commands"] else None
             if last is None or last[0] != "answer" or not last[1]:
                 return item
-            q = env.question(by_name[row["instance"]])
+            q = env.question(by_name[row.get("split", "eval"), row["instance"]])
             won = judge_says_correct(judge.ask(JUDGE_SYSTEM, judge_prompt(q.question, q.answer, q.aliases, last[1])))
             return {**item, "score": float(won), "won": won, "exact_match": item["won"]}
 
@@ -114,9 +121,10 @@ class DeepSearchQATask(InteractiveTask):
     def _generated(self, split: str, exclude=frozenset()):
         from envs.deepsearchqa.generated import generated_split
 
+        # the hidden splits' worlds are salted; "final" is a world of its own beside the eval one
         seed_text = f"deepsearchqa-train:{self.seed}" if split == "train" else \
-            f"deepsearchqa-eval:{self.seed}:{self._salt()}"
-        n = self.n_train if split == "train" else self.n_eval
+            f"deepsearchqa-{split}:{self.seed}:{self._salt()}"
+        n = {"train": self.n_train, "eval": self.n_eval, "final": self.n_final}[split]
         return generated_split(seed_text, n, self.hops, self.world, self.top_k, self.max_steps, self.relations,
                                exclude)
 
@@ -132,7 +140,7 @@ class DeepSearchQATask(InteractiveTask):
     def _real(self) -> dict[str, list[Question]]:
         from envs.deepsearchqa.real_data import real_splits
 
-        return real_splits(self.data_path, self.n_train, self.n_eval)
+        return real_splits(self.data_path, self.n_train, self.n_eval, self.n_final)
 
     @cached_property
     def _train(self) -> tuple[list[Question], object]:
@@ -147,10 +155,19 @@ class DeepSearchQATask(InteractiveTask):
         return self._generated("eval", exclude={q.question for q in self._train[0]})
 
     @cached_property
+    def _final(self) -> tuple[list[Question], object]:
+        if not self.n_final:  # no final split: no world to build for it
+            return [], None
+        if self.data_path:
+            return self._real["final"], self._train[1]
+        return self._generated("final", exclude={q.question for q in self._train[0] + self._eval[0]})
+
+    @cached_property
     def _environment(self) -> DeepSearchQAEnvironment:
-        (train, train_backend), (evals, eval_backend) = self._train, self._eval
-        return DeepSearchQAEnvironment({"train": train, "eval": evals},
-                                       {"train": train_backend, "eval": eval_backend}, self.top_k, self.max_steps)
+        splits = {"train": self._train, "eval": self._eval, "final": self._final}
+        return DeepSearchQAEnvironment({split: qs for split, (qs, _) in splits.items()},
+                                       {split: backend for split, (_, backend) in splits.items()}, self.top_k,
+                                       self.max_steps)
 
     def environment(self) -> DeepSearchQAEnvironment:
         return self._environment
@@ -177,6 +194,7 @@ class DeepSearchQATask(InteractiveTask):
                   "a generated world of people, organisations, cities and countries (made-up names: nothing to "
                   "recall, everything to search); the eval questions are about another world of the same kind")
         default = "DeepSearchQA: multi-hop questions answered by searching a document collection."
+        final = f" (a held-out final split has {self.n_final} more)" if self.n_final else ""
         return f"""{self.description.strip() or default}
 
 You post-train a model that answers questions by searching. Questions come from {source}. Each step the model
@@ -209,8 +227,8 @@ read off the previous results), then answers.
 
 ## How the grader plays and scores
 
-The hidden eval split has {self.n_eval} other questions. For each, the grader starts an episode and, every step,
-renders this chat with the submitted model's own chat template (`apply_chat_template(...,
+The hidden eval split has {self.n_eval} other questions{final}. For each, the grader starts an episode and, every
+step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
 add_generation_prompt=True)`) and decodes greedily, at most {self.grader.max_new_tokens} new tokens, stopping at the
 eos token:
 

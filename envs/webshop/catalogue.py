@@ -275,7 +275,7 @@ def generate_goals(products: list[dict], n: int, seed: int | str, exclude_asins:
     pool = [p for p in products if p["asin"] not in exclude_asins]
     if n > len(pool):
         raise ValueError(f"{n} instructions need as many target products, but only {len(pool)} are left "
-                         f"(raise n_products or lower n_train / n_eval)")
+                         f"(raise n_products or lower n_train / n_eval / final_size)")
     goals = []
     for product in rng.sample(pool, len(pool)):
         if len(goals) == n:
@@ -292,12 +292,14 @@ class GeneratedShop:
     """The generated catalogue and its instructions by split: a picklable recipe, built where it is used.
 
     Train instructions are drawn from ``seed``; eval instructions from ``seed`` and ``eval_salt`` (a secret of the
-    grading side), for other target products than the train ones and never with a train instruction's text."""
+    grading side), for other target products than the train ones and never with a train instruction's text. The
+    held-out final instructions (``n_final``) are drawn last, from a seed of their own, for products and with texts
+    of neither split: train and eval stay as they were without them."""
 
     def __init__(self, n_products: int, n_train: int, n_eval: int, seed: int = 0, eval_salt: str = "",
-                 types: list[str] | None = None):
+                 types: list[str] | None = None, n_final: int = 0):
         self.n_products, self.n_train, self.n_eval, self.seed = int(n_products), int(n_train), int(n_eval), int(seed)
-        self.eval_salt, self.types = str(eval_salt), list(types) if types else None
+        self.eval_salt, self.types, self.n_final = str(eval_salt), list(types) if types else None, int(n_final)
 
     def products(self) -> list[dict]:
         return generate_catalogue(self.n_products, self.seed, self.types)
@@ -307,4 +309,8 @@ class GeneratedShop:
         evals = generate_goals(products, self.n_eval, f"eval:{self.seed}:{self.eval_salt}",
                                exclude_asins={g["asin"] for g in train},
                                exclude_texts={g["instruction_text"] for g in train})
-        return {"train": train, "eval": evals}
+        taken = train + evals
+        final = generate_goals(products, self.n_final, f"final:{self.seed}:{self.eval_salt}",
+                               exclude_asins={g["asin"] for g in taken},
+                               exclude_texts={g["instruction_text"] for g in taken})
+        return {"train": train, "eval": evals, "final": final}

@@ -46,7 +46,7 @@ class WebShopEnvironment(Environment):
     prompt = prompt
 
     def __init__(self, data, max_steps: int = MAX_STEPS):
-        """data: products() -> list of products, goals(products) -> {"train": [...], "eval": [...]}."""
+        """data: products() -> list of products, goals(products) -> {"train": [...], "eval": [...], "final": [...]}."""
         self.data, self.max_steps = data, int(max_steps)
         self._built: tuple | None = None
         self._lock = threading.Lock()

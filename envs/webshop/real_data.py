@@ -16,7 +16,9 @@ Products are read as the original's ``load_products`` reads them; instructions a
 (price bound from the next steps of 10 dollars, drawn here with a seeded generator where the original's is unseeded),
 shuffled with the original's seed (233). The eval split is the first ``n_eval`` of them (the sessions 0..99 the paper
 evaluates), train instructions start at 1500 as in the original's imitation-learning split (or right after the eval
-ones when there are fewer). Human trajectories whose instruction is not a train one are never used.
+and final ones when there are fewer), and the held-out final split is the next ``n_final`` after the eval ones
+(sessions 100.. by default, in the original's test range 0..499), less any with an eval or train instruction's text.
+Human trajectories whose instruction is not a train one are never used.
 """
 from __future__ import annotations
 
@@ -99,17 +101,34 @@ def human_goals(root: Path, products: list[dict], seed: int = 0) -> list[dict]:
     return goals
 
 
-def split_goals(goals: list[dict], n_train: int, n_eval: int) -> dict[str, list[dict]]:
-    start = TRAIN_START if len(goals) > TRAIN_START else n_eval
-    return {"eval": goals[:n_eval], "train": goals[start:start + n_train]}
+def split_goals(goals: list[dict], n_train: int, n_eval: int, n_final: int = 0) -> dict[str, list[dict]]:
+    """Eval: the first n_eval goals; train: n_train from TRAIN_START; final: the next n_final after the eval ones
+    whose text is neither an eval nor a train one's. A set of TRAIN_START goals or fewer has its train goals right
+    after the final ones (then less any with a final one's text)."""
+    small = len(goals) <= TRAIN_START
+    evals, train = goals[:n_eval], [] if small else goals[TRAIN_START:TRAIN_START + n_train]
+    taken = {g["instruction_text"] for g in evals + train}
+    final, i = [], n_eval
+    while len(final) < n_final and i < (len(goals) if small else TRAIN_START):
+        if goals[i]["instruction_text"] not in taken:
+            final.append(goals[i])
+            taken.add(goals[i]["instruction_text"])
+        i += 1
+    if len(final) < n_final:
+        raise ValueError(f"WebShop data: only {len(final)} instructions after the {n_eval} eval ones differ from the "
+                         f"eval and train ones; lower final_size (it asks for {n_final})")
+    if small:
+        texts = {g["instruction_text"] for g in final}
+        train = [g for g in goals[i:] if g["instruction_text"] not in texts][:n_train]
+    return {"eval": evals, "train": train, "final": final}
 
 
 class UpstreamShop:
     """The upstream products and human instructions as a data source of WebShopEnvironment."""
 
-    def __init__(self, data_path: str, n_train: int, n_eval: int, seed: int = 0):
+    def __init__(self, data_path: str, n_train: int, n_eval: int, seed: int = 0, n_final: int = 0):
         self.root = Path(data_path).expanduser()
-        self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
+        self.n_train, self.n_eval, self.seed, self.n_final = int(n_train), int(n_eval), int(seed), int(n_final)
         if not self.root.is_dir():
             raise FileNotFoundError(f"task.data_path={data_path!r} is not a folder; point it at WebShop's data/")
 
@@ -117,7 +136,7 @@ class UpstreamShop:
         return load_products(self.root, self.seed)
 
     def goals(self, products: list[dict]) -> dict[str, list[dict]]:
-        return split_goals(human_goals(self.root, products, self.seed), self.n_train, self.n_eval)
+        return split_goals(human_goals(self.root, products, self.seed), self.n_train, self.n_eval, self.n_final)
 
 
 def instruction_key(text: str) -> str:

@@ -4,8 +4,9 @@ The store is generated offline (``envs.webshop.catalogue``: a seeded catalogue o
 over it), or built from upstream WebShop files (``data_path``: products, attributes, human instructions, and human
 trajectories for the train rows, ``envs.webshop.real_data``). Eval instructions are drawn with a secret salt kept in
 CACHE_DIR/grading/webshop-eval-salt (``eval_salt`` fixes it), for other products than the train instructions: they
-exist only on the grading side. Train rows are the expert's steps (``envs.webshop.expert``), or the humans' when the
-data has them; built once into CACHE_DIR/grading/webshop/<key>/ under a file lock.
+exist only on the grading side; so do the held-out final instructions (``final_size``), for products of neither
+split. Train rows are the expert's steps (``envs.webshop.expert``), or the humans' when the data has them; built once
+into CACHE_DIR/grading/webshop/<key>/ under a file lock.
 """
 from __future__ import annotations
 
@@ -31,25 +32,28 @@ VERSION = 1  # of the generator, the expert and the rows: bump when what they pr
 class WebShopTask(InteractiveTask):
     environment_class = WebShopEnvironment
 
-    def __init__(self, spec: TaskSpec, *, n_products: int, n_train: int, n_eval: int, seed: int,
-                 product_types: list[str] | None, max_steps: int, expert_episodes: int, expert_noise: float,
-                 eval_salt: str | None, data_path: str | None, eval_workers: int):
+    def __init__(self, spec: TaskSpec, *, n_products: int, n_train: int, n_eval: int, final_size: int | None,
+                 seed: int, product_types: list[str] | None, max_steps: int, expert_episodes: int,
+                 expert_noise: float, eval_salt: str | None, data_path: str | None, eval_workers: int):
         """n_products: the generated catalogue's size; n_train / n_eval: instructions per split (with data_path: how
-        many of the upstream ones); product_types: a subset of envs.webshop.catalogue.TYPES (null: all);
-        expert_episodes / expert_noise: expert episodes per train instruction, all but the first with detours at this
-        rate (recovery rows); data_path: upstream WebShop data (see envs.webshop.real_data); eval_workers: processes
-        stepping eval episodes."""
+        many of the upstream ones); final_size: instructions in the held-out final split (None: as many as n_eval);
+        product_types: a subset of envs.webshop.catalogue.TYPES (null: all); expert_episodes / expert_noise: expert
+        episodes per train instruction, all but the first with detours at this rate (recovery rows); data_path:
+        upstream WebShop data (see envs.webshop.real_data); eval_workers: processes stepping eval episodes."""
         super().__init__(spec)
         name = spec.name
-        if n_train < 1 or n_eval < 1:
-            raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1")
-        if not data_path and n_products < n_train + n_eval:
-            raise ValueError(f"task {name}: n_products={n_products} must be at least n_train + n_eval "
-                             f"({n_train + n_eval}): each instruction targets its own product")
+        n_final = n_eval if final_size is None else int(final_size)
+        if n_train < 1 or n_eval < 1 or n_final < 0:
+            raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1, "
+                             f"final_size={final_size} >= 0 (or null: as many as n_eval)")
+        if not data_path and n_products < n_train + n_eval + n_final:
+            raise ValueError(f"task {name}: n_products={n_products} must be at least n_train + n_eval + final_size "
+                             f"({n_train + n_eval + n_final}): each instruction targets its own product")
         if expert_episodes < 1 or not 0 <= expert_noise < 1:
             raise ValueError(f"task {name}: expert_episodes={expert_episodes} must be >= 1 and "
                              f"expert_noise={expert_noise} in [0, 1)")
         self.n_products, self.n_train, self.n_eval, self.seed = int(n_products), int(n_train), int(n_eval), int(seed)
+        self.n_final = n_final
         self.product_types = list(product_types) if product_types else None
         self.max_steps, self.eval_workers = int(max_steps), int(eval_workers)
         self.expert_episodes, self.expert_noise = int(expert_episodes), float(expert_noise)
@@ -65,12 +69,12 @@ class WebShopTask(InteractiveTask):
         if self.data_path:
             from envs.webshop.real_data import UpstreamShop
 
-            data = UpstreamShop(self.data_path, self.n_train, self.n_eval, self.seed)
+            data = UpstreamShop(self.data_path, self.n_train, self.n_eval, self.seed, self.n_final)
         else:
             from envs.webshop.catalogue import GeneratedShop
 
             data = GeneratedShop(self.n_products, self.n_train, self.n_eval, self.seed, self._salt(),
-                                 self.product_types)
+                                 self.product_types, self.n_final)
         return WebShopEnvironment(data, self.max_steps)
 
     def environment(self):
@@ -82,6 +86,8 @@ class WebShopTask(InteractiveTask):
         """CACHE_DIR/grading/webshop/<key>: the key covers everything that decides the train rows."""
         spec = [VERSION, self.n_products, self.n_train, self.seed, self.product_types, self.max_steps,
                 str(self.data_path or "")]
+        if self.data_path:  # a small upstream set's train instructions start after the eval and final ones
+            spec += [self.n_eval, self.n_final]
         key = hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
         return self.cache_dir / "grading" / "webshop" / key
 
@@ -120,6 +126,7 @@ class WebShopTask(InteractiveTask):
         rows = self._train
         example = rows[min(1, len(rows) - 1)]
         limit, idle = self.rollout.max_sessions_per_run, self.rollout.idle_timeout_s
+        final = f" (a held-out final split has {self.n_final} more)" if self.n_final else ""
         default = "WebShop: find and buy the product an instruction asks for in a web store."
         return f"""{self.description.strip() or default}
 
@@ -164,10 +171,10 @@ Example:
 
 ## How the grader plays and scores
 
-The hidden eval split has {self.n_eval} other instructions, for other products of the same catalogue. For each, the
-grader opens the search page and, every step, renders this chat with the submitted model's own chat template
-(`apply_chat_template(..., add_generation_prompt=True)`) and decodes greedily, at most {self.grader.max_new_tokens}
-new tokens, stopping at the eos token:
+The hidden eval split has {self.n_eval} other instructions, for other products of the same catalogue{final}. For
+each, the grader opens the search page and, every step, renders this chat with the submitted model's own chat
+template (`apply_chat_template(..., add_generation_prompt=True)`) and decodes greedily, at most
+{self.grader.max_new_tokens} new tokens, stopping at the eos token:
 
     system:    {prompt.SYSTEM_PROMPT}
     user:      Instruction: <the instruction>

@@ -7,6 +7,8 @@ Data, by dataset id (fetched once into the Hugging Face cache) or local path:
 - train (the agent's): the first `n_train` rows of `tatsu-lab/alpaca` (instruction, input, output), as the paper;
   a local path is anything `datasets.load_dataset` reads (the hub's folder layout with data/*.parquet, a .json/.jsonl
   or .parquet file).
+`final_size` > 0 draws a held-out final split out of the 805 (contracts.task.split_off_final), which the feedback
+split then lacks; 0, the default, judges all of them as the paper does.
 The judge is a driver config (task.judge: a conf/driver name or a whole config); the grader opens it a metered key
 on the driver proxy for each evaluation. `alpacaeval_offline` (instruct_offline_task.py) is the twin with no key.
 """
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from contracts.registry import register
 from contracts.specs import ConfigError
-from contracts.task import Task
+from contracts.task import Task, split_off_final
 from contracts.task_spec import TaskSpec
 from evaluators.judging.pairwise import judge_all
 from evaluators.judging.winrate import length_controlled_win_rate, win_rate
@@ -86,9 +88,10 @@ order. The score, 0-100, is {headline}, over the hidden eval instructions.
 class AlpacaEvalTask(PairwiseTask):
     def __init__(self, spec: TaskSpec, *, judge: dict | None, eval_data: str = "tatsu-lab/alpaca_eval",
                  train_data: str = "tatsu-lab/alpaca", n_train: int = 2000, n_eval: int | None = None,
-                 judge_seed: int = 0, metric: str = "lc_win_rate"):
+                 final_size: int = 0, judge_seed: int = 0, metric: str = "lc_win_rate"):
         """judge: a driver config (conf/driver/<name>.yaml's contents; a sweep resolves a name). n_eval: the first
-        n eval rows only (None: all 805), for a cheaper run that is not the paper's number."""
+        n feedback rows only (None: all), for a cheaper run that is not the paper's number. final_size: eval rows
+        held out as the final split (0: none)."""
         super().__init__(spec, judge_seed, metric)
         if not isinstance(judge, dict) or not judge.get("provider") or judge.get("provider") == "none":
             raise ConfigError(f"task {spec.name}: an LLM judge is required (task.judge=NAME of a conf/driver file, "
@@ -96,6 +99,7 @@ class AlpacaEvalTask(PairwiseTask):
         self.judge = judge
         self.eval_data, self.train_data = eval_data, train_data
         self.n_train, self.n_eval = int(n_train), (None if n_eval is None else int(n_eval))
+        self.final_size = int(final_size)
 
     def judge_driver(self) -> dict | None:
         return self.judge
@@ -127,25 +131,32 @@ class AlpacaEvalTask(PairwiseTask):
                          "answer": item["output"]})
         return rows
 
+    def _row(self, split: str, index: int, item: dict) -> dict:
+        row = {"id": f"{self.name}-{split}-{index}", "prompt": item["instruction"], "instruction": item["instruction"],
+               "reference": item["output"], "answer": item["output"]}
+        if "instruction_difficulty" in item:
+            row["instruction_difficulty"] = float(item["instruction_difficulty"])
+        return row
+
     @cached_property
-    def _eval(self) -> list[dict]:
-        rows = []
-        for i, item in enumerate(load_alpaca_eval(self.eval_data)[:self.n_eval]):
-            row = {"id": f"{self.name}-eval-{i}", "prompt": item["instruction"], "instruction": item["instruction"],
-                   "reference": item["output"], "answer": item["output"]}
-            if "instruction_difficulty" in item:
-                row["instruction_difficulty"] = float(item["instruction_difficulty"])
-            rows.append(row)
-        return rows
+    def _hidden(self) -> tuple[list[dict], list[dict]]:
+        """(feedback split, final split) of the eval set."""
+        rest, final = split_off_final(load_alpaca_eval(self.eval_data), self.final_size, self.name)
+        return ([self._row("eval", i, item) for i, item in enumerate(rest[:self.n_eval])],
+                [self._row("final", i, item) for i, item in enumerate(final)])
 
     def train_rows(self) -> list[dict]:
         return [dict(row) for row in self._train]
 
     def eval_rows(self) -> list[dict]:
-        return [dict(row) for row in self._eval]
+        return [dict(row) for row in self._hidden[0]]
+
+    def final_rows(self) -> list[dict]:
+        return [dict(row) for row in self._hidden[1]]
 
     def instructions(self) -> str:
         example = self._train[0]
+        final = f"; {self.final_size} more are a held-out final split" if self.final_size else ""
         return f"""{self.description.strip() or "AlpacaEval: follow open-ended instructions helpfully."}
 
 ## Data
@@ -158,7 +169,7 @@ output). Example:
 {json.dumps(example, ensure_ascii=False)}
 ```
 
-The hidden eval set has {self.n_eval or 805} different instructions (AlpacaEval's).
+The hidden eval set has {self.n_eval or 805 - self.final_size} different instructions (AlpacaEval's){final}.
 
 {self.judging_instructions()}"""
 

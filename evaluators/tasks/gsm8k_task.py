@@ -4,7 +4,9 @@ The data is `openai/gsm8k`, config `main`: its train split (7,473) is the agent'
 It loads by dataset id through `datasets.load_dataset` (the Hugging Face cache, or the hub where there is network)
 or from a local folder in the hub's layout (`main/train-*.parquet`, `main/test-*.parquet`, or .jsonl). An answer in
 GSM8K is a worked solution ending in `#### <number>`; a reply is read the same way: the number after its last
-`####`, else its last number, compared numerically with the solution's.
+`####`, else its last number, compared numerically with the solution's. `final_size` > 0 draws a held-out final split
+out of the test split (contracts.task.split_off_final), which the feedback split then lacks; 0, the default, grades the
+whole test split as the paper does.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from contracts.registry import register
 from contracts.specs import ConfigError
-from contracts.task import Task
+from contracts.task import Task, split_off_final
 from contracts.task_spec import TaskSpec
 from evaluators.tasks.reasoning_gym_task import NUMBER, final_number
 
@@ -45,10 +47,11 @@ def gsm8k_score(completion: str, answer: str) -> float:
 @register("task", "gsm8k")
 class Gsm8kTask(Task):
     def __init__(self, spec: TaskSpec, *, dataset: str, dataset_config: str, data_path: str | None,
-                 train_size: int | None, eval_size: int | None, prompt_template: str):
+                 train_size: int | None, eval_size: int | None, final_size: int, prompt_template: str):
         """dataset / dataset_config: the hub id and config (`openai/gsm8k`, `main`). data_path: a local folder in
         the hub's layout instead (`<dataset_config>/train-*.parquet` and `test-*`, or .jsonl). train_size /
-        eval_size: the first n rows of each split (null: all). prompt_template: the grader's message, `{question}`
+        eval_size: the first n rows of each split (null: all; eval_size counts the feedback split's). final_size:
+        test problems held out as the final split (0: none). prompt_template: the grader's message, `{question}`
         being the problem."""
         super().__init__(spec)
         self.dataset, self.dataset_config = dataset, dataset_config
@@ -57,6 +60,7 @@ class Gsm8kTask(Task):
             raise ConfigError(self._missing(f"data_path={data_path!r} is not a folder"))
         self.train_size = None if train_size is None else int(train_size)
         self.eval_size = None if eval_size is None else int(eval_size)
+        self.final_size = int(final_size)
         if "{question}" not in prompt_template:
             raise ValueError(f"task {spec.name}: prompt_template={prompt_template!r} must contain {{question}}")
         self.prompt_template = prompt_template
@@ -100,14 +104,20 @@ class Gsm8kTask(Task):
                 for i, item in enumerate(rows)]
 
     @cached_property
-    def _eval(self) -> list[dict]:
-        return [self._row("eval", i, item) for i, item in enumerate(self._splits["test"].to_list()[:self.eval_size])]
+    def _hidden(self) -> tuple[list[dict], list[dict]]:
+        """(feedback split, final split) of the test split."""
+        rest, final = split_off_final(self._splits["test"].to_list(), self.final_size, self.name)
+        return ([self._row("eval", i, item) for i, item in enumerate(rest[:self.eval_size])],
+                [self._row("final", i, item) for i, item in enumerate(final)])
 
     def train_rows(self) -> list[dict]:
         return [dict(row) for row in self._train]
 
     def eval_rows(self) -> list[dict]:
-        return [dict(row) for row in self._eval]
+        return [dict(row) for row in self._hidden[0]]
+
+    def final_rows(self) -> list[dict]:
+        return [dict(row) for row in self._hidden[1]]
 
     def score(self, completion: str, row: dict) -> float:
         return gsm8k_score(completion, row["answer"])
@@ -138,6 +148,7 @@ class Gsm8kTask(Task):
 
     def instructions(self) -> str:
         example = self._train[0]
+        final = f"; {len(self._hidden[1])} more are a held-out final split" if self.final_size else ""
         return f"""{self.description.strip()}
 
 ## Data
@@ -157,7 +168,7 @@ Example:
 {json.dumps(example, ensure_ascii=False)}
 ```
 
-The hidden eval split is GSM8K's test split ({len(self._eval)} problems).
+The hidden eval split is GSM8K's test split ({len(self._hidden[0])} problems{final}).
 
 ## How the grader asks and scores
 

