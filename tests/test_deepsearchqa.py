@@ -447,7 +447,7 @@ def test_grading_over_http(ray_cluster, cache_dir, grading_port, task, tmp_path)
     assert len(items) == 4 and all(1 <= item["steps"] <= 6 for item in items)
 
 
-@pytest.mark.slow  # the alfworld sweep test covers sft_grpo in its sandbox; this adds the env
+@pytest.mark.slow  # as the alfworld sweep test (also slow), with this env
 def test_deepsearchqa_sweep_runs_sft_grpo_in_its_sandbox(run_sweep):
     """Level 3 through the orchestrator: sft_grpo, sandboxed, warms up on the expert's steps, plays train questions
     through the rollout service for GRPO, and each submission is graded by ReAct episodes on the hidden eval

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from orchestrator.ledger import Ledger
 from tests.conftest import ROOT
@@ -68,6 +69,8 @@ def test_report_on_a_missing_ledger_is_one_clear_line(tmp_path):
     assert proc.returncode == 2 and "no ledger" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # ~2.5 min; the level-3 path runs in scripts/test through the rollout-host fault sweep, the agent
+# client's sft_grpo against real graders and the lockstep grading tests (final split included)
 def test_alfworld_sweep_runs_sft_grpo_in_its_sandbox(run_sweep):
     """Level 3 through the orchestrator: sft_grpo, sandboxed, warms up on the expert steps, plays train games through
     the rollout service for GRPO, and each submission is graded by ReAct rollouts on the hidden eval games."""

@@ -450,7 +450,7 @@ def test_upstream_products_instructions_and_human_trajectories(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- a sweep
 
-@pytest.mark.slow  # the alfworld sweep test covers sft_grpo in its sandbox; this adds the env
+@pytest.mark.slow  # as the alfworld sweep test (also slow), with this env
 def test_webshop_sweep_runs_sft_grpo_in_its_sandbox(run_sweep):
     """Through the orchestrator: sft_grpo, sandboxed, warms up on the expert's steps, shops for train instructions
     through the rollout service for GRPO, and each submission is graded by lockstep episodes on the hidden eval
