@@ -281,17 +281,21 @@ def test_the_ledger_holds_exactly_what_the_record_files_hold(main_run, cache_dir
         ledger.close()
 
 
+def key_leaks(main_run, ray_cluster) -> list[str]:
+    """Files of the sweep's output and of Ray's logs that hold the real driver key."""
+    session_dir = Path(ray_cluster._private.worker._global_node.get_session_dir_path())
+    return [str(p) for root in (main_run.out, session_dir / "logs") for p in root.rglob("*")
+            if p.is_file() and not p.is_symlink() and p.stat().st_size < 50_000_000
+            and REAL_KEY.encode() in p.read_bytes()]
+
+
 def test_the_real_key_never_reaches_the_agent_its_workspace_or_any_log(main_run, ray_cluster):
     for agent, driver in MAIN_CELLS:
         row, _ = main_run.of(agent, driver)
         workspace = Path(json.loads((attempt_dir(main_run, row) / "outcome.json").read_text())["workspace"])
         env = (workspace / "code" / "agent_env.txt").read_text()
         assert "A2RL_DRIVER_KEY=a2rl-" in env and KEY_VAR not in env and REAL_KEY not in env
-    session_dir = Path(ray_cluster._private.worker._global_node.get_session_dir_path())
-    leaks = [str(p) for root in (main_run.out, session_dir / "logs") for p in root.rglob("*")
-             if p.is_file() and not p.is_symlink() and p.stat().st_size < 50_000_000
-             and REAL_KEY.encode() in p.read_bytes()]
-    assert leaks == []
+    assert key_leaks(main_run, ray_cluster) == []
     assert all(r.api_key == REAL_KEY for r in main_run.fake.requests)  # only the proxy used it, upstream
 
 

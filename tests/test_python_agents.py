@@ -28,6 +28,7 @@ from tests.conftest import ROOT
 from tests.support.fake_upstream import FakeUpstream, shell_script
 from tests.test_cli_agents import (
     agent_sweeps,
+    key_leaks,
     COST_PER_CALL,
     KEY_VAR,
     REAL_KEY,
@@ -179,11 +180,7 @@ def test_the_real_key_never_reaches_the_agent_its_workspace_or_any_log(main_run,
         assert "A2RL_DRIVER_KEY=a2rl-" in env and KEY_VAR not in env and REAL_KEY not in env
         settings = json.loads((workspace / ".home" / ".openhands" / "agent_settings.json").read_text())
         assert settings["llm"]["api_key"].startswith("a2rl-")  # the per-cell key, closed with its cell
-    session_dir = Path(ray_cluster._private.worker._global_node.get_session_dir_path())
-    leaks = [str(p) for root in (main_run.out, session_dir / "logs") for p in root.rglob("*")
-             if p.is_file() and not p.is_symlink() and p.stat().st_size < 50_000_000
-             and REAL_KEY.encode() in p.read_bytes()]
-    assert leaks == []
+    assert key_leaks(main_run, ray_cluster) == []
     assert all(r.api_key == REAL_KEY for r in main_run.fake.requests)
 
 
