@@ -17,7 +17,6 @@ cluster of real machines (where each node's set-up runs on its own cores).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -28,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from tests.support.local_cluster import DRIVER_ENV, LocalCluster  # noqa: E402
 
 # The agent sleeps the duration its seed picks (durations: argv[1], comma-separated), then ends.
 SLEEPS = '''
@@ -35,13 +35,6 @@ import json, sys, time
 durations = [float(d) for d in sys.argv[1].split(",")]
 time.sleep(durations[json.load(open("run.json"))["seed"] % len(durations)])
 '''
-
-
-def start_cluster(nodes: int, cpus: int, env: dict) -> tuple[subprocess.Popen, str]:
-    spec = {("head" if i == 0 else f"node{i}"): {"num_cpus": cpus} for i in range(nodes)}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.support.local_cluster", json.dumps(spec)], cwd=ROOT,
-                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    return proc, json.loads(proc.stdout.readline())["address"]
 
 
 def sweep(address: str, tmp: Path, name: str, seeds: int, cpus: int, durations: str, agent: Path,
@@ -64,14 +57,15 @@ def main() -> None:
     big = args.cells // 4  # 2-CPU cells
     small = args.cells - big
     cache = Path(os.environ.get("A2RL_CACHE_DIR", Path.home() / ".cache" / "a2rl"))
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-           "A2RL_CACHE_DIR": str(cache)}
+    env = {**os.environ, "RAY_AUTH_MODE": "token", **DRIVER_ENV, "A2RL_CACHE_DIR": str(cache)}
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         agent = tmp / "sleeps.py"
         agent.write_text(SLEEPS)
-        cluster, address = start_cluster(args.nodes, args.cpus_per_node, env)
+        cluster = LocalCluster({("head" if i == 0 else f"node{i}"): {"num_cpus": args.cpus_per_node}
+                                for i in range(args.nodes)}, env)
+        address = cluster.address
         try:
             start = time.time()
             procs = [subprocess.Popen(sweep(address, tmp, name, seeds, cpus, args.durations, agent, cache),
@@ -83,8 +77,7 @@ def main() -> None:
                     raise SystemExit(f"a sweep failed:\n{err[-3000:]}")
             makespan = time.time() - start
         finally:
-            cluster.stdin.close()
-            cluster.wait(120)
+            cluster.stop()
 
         from orchestrator.ledger import Ledger
 

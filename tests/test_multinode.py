@@ -18,6 +18,7 @@ import pytest
 
 from contracts.records import read_jsonl
 from orchestrator.ledger import Ledger
+from tests.support.local_cluster import DRIVER_ENV, LocalCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,40 +45,14 @@ while sys.argv[2] == "gated" and not os.path.exists("code/go"):
 '''
 
 
-class LocalCluster:
-    """tests/support/local_cluster.py, run as a process of its own (a cluster the sweeps only join)."""
-
-    def __init__(self, spec: dict, env: dict):
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.local_cluster", json.dumps(spec)], cwd=ROOT,
-                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        started = json.loads(self.proc.stdout.readline() or "{}")
-        assert "address" in started, "the local cluster did not start"
-        self.address, self.nodes = started["address"], started["nodes"]
-        self.gcs_port = int(self.address.rsplit(":", 1)[1])
-
-    def kill(self, name: str) -> None:
-        self.proc.stdin.write(f"kill {name}\n")
-        self.proc.stdin.flush()
-        assert json.loads(self.proc.stdout.readline()) == {"killed": name}
-
-    def stop(self) -> None:
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
 CLUSTER_TOKEN = secrets.token_hex(16)
 
 
 def cluster_env(cache_dir: Path) -> dict:
     # Token auth on, with the token in the environment, as KubeRay's authOptions set it on every container (and
-    # another than ~/.ray/auth_token's: the orchestrator connects with the one it is given). Ray replaces 127.0.0.1 in
-    # an address by the machine's network address unless told that this machine's nodes are its loopback ones (what
-    # the last variable does for a driver).
-    return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": CLUSTER_TOKEN,
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "A2RL_CACHE_DIR": str(cache_dir)}
+    # another than ~/.ray/auth_token's: the orchestrator connects with the one it is given).
+    return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": CLUSTER_TOKEN, **DRIVER_ENV,
+            "A2RL_CACHE_DIR": str(cache_dir)}
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,9 @@ namespace of its own) and prints {"node": node id}; it is shut down at the end o
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import ray
 from ray._private.node import Node
@@ -26,6 +28,36 @@ from ray._private.parameter import RayParams
 from ray.cluster_utils import Cluster
 
 LOOPBACK = {"node_ip_address": "127.0.0.1", "include_dashboard": False, "object_store_memory": 100 * 1024 * 1024}
+# For a driver (the orchestrator) joining this cluster: without it Ray replaces 127.0.0.1 in the address by the
+# machine's network address, where these nodes do not listen.
+DRIVER_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class LocalCluster:
+    """This module run as a process of its own (a cluster that sweeps only join), from a test or a benchmark."""
+
+    def __init__(self, spec: dict, env: dict):
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.local_cluster", json.dumps(spec)],
+                                     cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        started = json.loads(self.proc.stdout.readline() or "{}")
+        if "address" not in started:
+            raise RuntimeError("the local cluster did not start")
+        self.address, self.nodes = started["address"], started["nodes"]
+        self.gcs_port = int(self.address.rsplit(":", 1)[1])
+
+    def kill(self, name: str) -> None:
+        self.proc.stdin.write(f"kill {name}\n")
+        self.proc.stdin.flush()
+        if json.loads(self.proc.stdout.readline()) != {"killed": name}:
+            raise RuntimeError(f"node {name} was not killed")
+
+    def stop(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 def say(message: dict) -> None:
