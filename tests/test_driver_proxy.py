@@ -322,6 +322,40 @@ def test_agent_hanging_up_mid_stream_is_still_recorded(proxy, tmp_path):
         fake.stop()
 
 
+def test_a_call_counts_as_in_flight_until_its_line_is_on_disk_also_when_the_agent_hangs_up(proxy, fake, tmp_path,
+                                                                                          monkeypatch):
+    """A CLI exits as soon as it has a stream's last event, while the proxy is still writing that call's line: the
+    cell is closed and its records read once nothing is in flight, so the line must be on disk by then."""
+    import agents.proxy.cells as cells
+
+    state, url = proxy
+    rec = tmp_path / "calls.jsonl"
+    key = state.register_cell("c10", driver("anthropic", fake), {}, str(rec))
+    real_write = cells.write_whole
+    writing = []
+
+    def slow_write(fd, data, path):
+        writing.append(time.monotonic())
+        time.sleep(1.0)   # a busy disk; the agent hangs up meanwhile
+        real_write(fd, data, path)
+
+    monkeypatch.setattr(cells, "write_whole", slow_write)
+    body = {"model": "m", "max_tokens": 9, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
+        with client.stream("POST", "/v1/messages", json=body, headers={"x-api-key": key}) as r:
+            seen = b""
+            for chunk in r.iter_raw():   # hang up on the last event, as a CLI does, not waiting for the stream's end
+                seen += chunk
+                if b"message_stop" in seen:
+                    break
+    deadline = time.monotonic() + 10
+    while (not writing or state.usage(key)["in_flight"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert writing and state.usage(key)["in_flight"] == 0
+    [line] = records(rec)   # nothing in flight: the line is there
+    assert line["input_tokens"] == 1234 and line["stream"] is True
+
+
 def test_admin_http_api(fake, tmp_path):
     admin = secrets.token_hex(8)
     state = ProxyState(admin_token=admin, environ={"FAKE_KEY": REAL_KEY}, trust_env=False)

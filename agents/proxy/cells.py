@@ -80,11 +80,18 @@ class Cell:
         a file being fsynced waits for it) in a worker thread so the event loop keeps serving other
         calls; returns once the line is on disk."""
         line, data = self._account(**call)
-        try:
-            await asyncio.to_thread(self._write, data)
-        finally:
-            self.in_flight -= 1
+        # The call counts as in flight until the line is on disk, also when this coroutine is cancelled mid-write
+        # (the agent hung up right after a stream's last chunk): close_cell waits on in_flight, and the cell's final
+        # records are read right after it, so counting it down early loses the line from the ledger.
+        write = asyncio.ensure_future(asyncio.to_thread(self._write, data))
+        write.add_done_callback(self._landed)
+        await asyncio.shield(write)
         return line
+
+    def _landed(self, write: asyncio.Future) -> None:
+        self.in_flight -= 1
+        if not write.cancelled():
+            write.exception()  # raised to the caller when it still waits; read here so a lone one is not logged
 
     def _account(self, *, t: float, endpoint: str, model: str | None, requested_model: str | None,
                  usage: Usage, latency_s: float, wait_s: float, attempts: int, status: int,
