@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -446,6 +447,106 @@ def test_upstream_products_instructions_and_human_trajectories(tmp_path):
     assert rows[0]["completion"] == f"search[{train[0]['query']}]"
     assert "Observation: Back to Search [SEP] Page 1 (Total results: 1)" in rows[1]["prompt"]
     assert f"click[{train[0]['asin'].lower()}]" in rows[1]["prompt"].splitlines()
+
+
+# ---------------------------------------------------------------------------------------------- a running server
+
+@pytest.fixture
+def upstream_server(tmp_path):
+    """Upstream files, the store they make in process, and a stand-in for the original server over them."""
+    from envs.webshop.real_data import UpstreamShop, human_goals
+    from tests.support.webshop_server import WebShopServer
+
+    write_upstream(tmp_path)
+    local = WebShopEnvironment(UpstreamShop(str(tmp_path), n_train=20, n_eval=10, n_final=5), max_steps=15)
+    server = WebShopServer(local.shop, human_goals(tmp_path, list(local.shop.products.values()))).start()
+    yield tmp_path, local, server
+    server.stop()
+
+
+def without_next(items):
+    """The original's results page always shows `Next >`; the store in process only when there is a next page."""
+    return [x for x in items if x not in ("Next >", "click[next >]")]
+
+
+def test_a_running_original_server_plays_as_the_store_in_process(upstream_server):
+    from envs.webshop.remote import RemoteWebShopEnvironment
+
+    root, local, server = upstream_server
+    remote = RemoteWebShopEnvironment(local.data, 15, server.url)
+    played = 0
+    for split in ("eval", "final", "train"):
+        for inst in local.instances(split)[:4]:
+            # the expert's noisy episode: detours to sub-pages, other pages and products, back to search
+            demos = list(expert.play(local, inst, episode=1, noise=0.5, seed=3))
+            actions = [*demos[-1].history, demos[-1].action] + ["click[not a button]", "gibberish"]
+            mine, theirs = local.open(inst), remote.open(inst)
+            a, b = mine.reset(), theirs.reset()
+            assert theirs.goal == mine.goal and b.observation == a.observation and b.actions == a.actions
+            earned = 0.0
+            for action in actions:
+                a, b = mine.step(action), theirs.step(action)
+                assert (b.reward, b.done, b.won) == (a.reward, a.done, a.won), action
+                earned += b.reward
+                if not a.done:   # the same page, in the same text mode
+                    assert without_next(b.observation.split(" [SEP] ")) == without_next(a.observation.split(" [SEP] "))
+                    assert without_next(b.actions) == without_next(a.actions)
+            assert b.done and earned > 0.0   # bought, once
+            played += 1
+            # the done page's hidden block (the target's asin, options) never reaches the observation
+            assert "Target" not in b.observation and "Reward Details" not in b.observation
+            assert "Your score (min 0.0, max 1.0)" in b.observation
+    assert played == 12
+    sessions = {r.split()[1].split("/")[1] for r in server.requests if r.count("/") == 1}
+    assert any(s.endswith(f"_fixed_{local.goal(local.instances('eval')[0])['session']}") for s in sessions)
+    assert any(r.startswith("POST /done/") for r in server.requests)   # Buy Now posted its form
+    assert any("/item_sub_page/" in r for r in server.requests)         # the detours went through the server too
+
+
+def test_grading_on_a_running_server_matches_the_store_in_process(upstream_server):
+    root, local, server = upstream_server
+    conf = {**SMALL, "name": "webshop_server_t", "data_path": str(root), "n_train": 20, "n_eval": 10,
+            "final_size": 5}
+    in_process = load_task(conf, root / "cache")
+    on_server = load_task({**conf, "server_url": server.url}, root / "cache")
+    rows = on_server.eval_rows()
+    assert rows == in_process.eval_rows()
+    theirs = evaluate_loaded(on_server, Policy(first_product_then_buy), "scripted", rows, 8)
+    mine = evaluate_loaded(in_process, Policy(first_product_then_buy), "scripted", rows, 8)
+    assert [i["score"] for i in theirs["items"]] == [i["score"] for i in mine["items"]]
+    assert theirs["score"] == mine["score"] > 0.0
+    # no human trajectories in this data: the expert played it in process (upstream goals list bare option values)
+    rows = in_process.train_rows()
+    assert rows and {r["expert"] for r in rows} == {"planner"} and on_server.train_rows() == rows
+    # as the rollout hosts and the grader's workers get it: the recipe travels, the connection pool does not
+    import pickle
+
+    env = pickle.loads(pickle.dumps(on_server.environment()))
+    assert env.server_url == server.url + "/" and env.open(env.instances("train")[0]).reset().actions == (
+        "search[<query>]",)
+    with pytest.raises(ValueError, match="needs data_path"):
+        load_task({**SMALL, "name": "webshop_server_t2", "server_url": server.url}, root / "cache")
+
+
+def test_a_server_with_other_data_or_none_is_a_clear_error(upstream_server):
+    from envs.webshop.real_data import human_goals
+    from envs.webshop.remote import RemoteWebShopEnvironment, ServerError
+    from tests.support.webshop_server import WebShopServer
+
+    root, local, _ = upstream_server
+    other = WebShopServer(local.shop, human_goals(root, list(local.shop.products.values()))[1:]).start()
+    try:
+        episode = RemoteWebShopEnvironment(local.data, 15, other.url).open(local.instances("eval")[0])
+        with pytest.raises(ServerError, match="point task.data_path at the data/ folder that server loads"):
+            episode.reset()
+    finally:
+        other.stop()
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    episode = RemoteWebShopEnvironment(local.data, 15, f"http://127.0.0.1:{port}").open(local.instances("eval")[0])
+    with pytest.raises(ServerError, match="is it running"):
+        episode.reset()
 
 
 # ---------------------------------------------------------------------------------------------- a sweep

@@ -17,12 +17,26 @@ from contracts.environment import Demonstration, Step
 from envs.webshop.reward import reward as purchase_reward
 from envs.webshop.shop import BACK_TO_SEARCH, END_BUTTON, NEXT_PAGE, PREV_PAGE, PRODUCT_WINDOW, ShopSession
 
+def choices(goal: dict, product: dict) -> dict[str, str]:
+    """The instruction's options this product offers, by option group. A generated instruction names each value's
+    group; the upstream human ones list bare values (matched here as the store lower-cases them)."""
+    offered = product["options"]
+    wanted = goal["goal_options"]
+    if isinstance(wanted, dict):
+        return {k: v for k, v in wanted.items() if v in offered.get(k, [])}
+    values = {str(v).strip().replace("/", " | ").lower() for v in wanted}
+    out = {}
+    for name, options in offered.items():
+        value = next((v for v in options if v in values), None)
+        if value is not None:
+            out[name] = value
+    return out
+
+
 def best_reward(session: ShopSession, asin: str) -> float:
     """The reward of buying this product with the instruction's options wherever it offers them."""
     product = session.shop.products[asin]
-    wanted = session.goal["goal_options"]
-    chosen = {k: v for k, v in wanted.items() if v in product["options"].get(k, [])}
-    return purchase_reward(product, session.goal, product["price"], chosen)[0]
+    return purchase_reward(product, session.goal, product["price"], choices(session.goal, product))[0]
 
 
 def wanted(session: ShopSession) -> str | None:
@@ -50,9 +64,8 @@ def expert_action(session: ShopSession) -> str:
     if session.page == "sub" or (session.page == "item" and session.asin != pick):
         return f"click[{PREV_PAGE}]"
     if session.page == "item":
-        offered = session._product()["options"]
-        for name, value in goal["goal_options"].items():
-            if value in offered.get(name, []) and session.options.get(name) != value:
+        for name, value in choices(goal, session._product()).items():
+            if session.options.get(name) != value:
                 return f"click[{value}]"
         return f"click[{END_BUTTON}]"
     raise ValueError(f"the expert has nothing to do on the {session.page} page")

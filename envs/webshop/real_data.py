@@ -79,7 +79,7 @@ def load_products(root: Path, seed: int = 0) -> list[dict]:
 
 
 def human_goals(root: Path, products: list[dict], seed: int = 0) -> list[dict]:
-    """The original's human goals, in its shuffled order."""
+    """The original's human goals, in its shuffled order; `session` is a goal's index in it."""
     by_asin = {p["asin"]: p for p in products}
     rng = random.Random(f"a2rl-webshop-price-bounds:{seed}")
     goals = []
@@ -98,6 +98,8 @@ def human_goals(root: Path, products: list[dict], seed: int = 0) -> list[dict]:
                           "attributes": ins["instruction_attributes"], "price_upper": upper,
                           "goal_options": ins.get("instruction_options") or []})
     random.Random(GOAL_SHUFFLE_SEED).shuffle(goals)
+    for i, goal in enumerate(goals):  # its index in that order: the original server's session `fixed_<i>`
+        goal["session"] = i
     return goals
 
 

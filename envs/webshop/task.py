@@ -34,12 +34,15 @@ class WebShopTask(InteractiveTask):
 
     def __init__(self, spec: TaskSpec, *, n_products: int, n_train: int, n_eval: int, final_size: int | None,
                  seed: int, product_types: list[str] | None, max_steps: int, expert_episodes: int,
-                 expert_noise: float, eval_salt: str | None, data_path: str | None, eval_workers: int):
+                 expert_noise: float, eval_salt: str | None, data_path: str | None, eval_workers: int,
+                 server_url: str | None = None):
         """n_products: the generated catalogue's size; n_train / n_eval: instructions per split (with data_path: how
         many of the upstream ones); final_size: instructions in the held-out final split (None: as many as n_eval);
         product_types: a subset of envs.webshop.catalogue.TYPES (null: all); expert_episodes / expert_noise: expert
         episodes per train instruction, all but the first with detours at this rate (recovery rows); data_path:
-        upstream WebShop data (see envs.webshop.real_data); eval_workers: processes stepping eval episodes."""
+        upstream WebShop data (see envs.webshop.real_data); eval_workers: processes stepping eval episodes;
+        server_url: a running original WebShop server that plays the episodes (envs.webshop.remote; its data/
+        folder is data_path)."""
         super().__init__(spec)
         name = spec.name
         n_final = n_eval if final_size is None else int(final_size)
@@ -49,6 +52,9 @@ class WebShopTask(InteractiveTask):
         if not data_path and n_products < n_train + n_eval + n_final:
             raise ValueError(f"task {name}: n_products={n_products} must be at least n_train + n_eval + final_size "
                              f"({n_train + n_eval + n_final}): each instruction targets its own product")
+        if server_url and not data_path:
+            raise ValueError(f"task {name}: server_url={server_url!r} needs data_path, the data/ folder that server "
+                             "loads: the instructions, their sessions and the train rows come from it")
         if expert_episodes < 1 or not 0 <= expert_noise < 1:
             raise ValueError(f"task {name}: expert_episodes={expert_episodes} must be >= 1 and "
                              f"expert_noise={expert_noise} in [0, 1)")
@@ -57,7 +63,7 @@ class WebShopTask(InteractiveTask):
         self.product_types = list(product_types) if product_types else None
         self.max_steps, self.eval_workers = int(max_steps), int(eval_workers)
         self.expert_episodes, self.expert_noise = int(expert_episodes), float(expert_noise)
-        self.eval_salt, self.data_path = eval_salt, data_path
+        self.eval_salt, self.data_path, self.server_url = eval_salt, data_path, server_url
 
     def _salt(self) -> str:
         from contracts.grading_secrets import grading_secret
@@ -65,19 +71,31 @@ class WebShopTask(InteractiveTask):
         return str(self.eval_salt) if self.eval_salt else grading_secret(self.cache_dir, SALT_FILE)
 
     @cached_property
-    def _environment(self):
+    def _data(self):
         if self.data_path:
             from envs.webshop.real_data import UpstreamShop
 
-            data = UpstreamShop(self.data_path, self.n_train, self.n_eval, self.seed, self.n_final)
-        else:
-            from envs.webshop.catalogue import GeneratedShop
+            return UpstreamShop(self.data_path, self.n_train, self.n_eval, self.seed, self.n_final)
+        from envs.webshop.catalogue import GeneratedShop
 
-            data = GeneratedShop(self.n_products, self.n_train, self.n_eval, self.seed, self._salt(),
-                                 self.product_types, self.n_final)
-        return WebShopEnvironment(data, self.max_steps)
+        return GeneratedShop(self.n_products, self.n_train, self.n_eval, self.seed, self._salt(), self.product_types,
+                             self.n_final)
+
+    @cached_property
+    def _local(self) -> WebShopEnvironment:
+        """The store in this process: the expert plays it for the train rows."""
+        return WebShopEnvironment(self._data, self.max_steps)
+
+    @cached_property
+    def _environment(self) -> WebShopEnvironment:
+        if self.server_url:
+            from envs.webshop.remote import RemoteWebShopEnvironment
+
+            return RemoteWebShopEnvironment(self._data, self.max_steps, self.server_url)
+        return self._local
 
     def environment(self):
+        """Where the graded and served episodes are played: the store in process, or the original server."""
         return self._environment
 
     # -- rows -------------------------------------------------------------------------------------------------
@@ -92,7 +110,7 @@ class WebShopTask(InteractiveTask):
         return self.cache_dir / "grading" / "webshop" / key
 
     def _demonstrations(self):
-        env = self.environment()
+        env = self._local
         if self.data_path:
             from envs.webshop.real_data import human_demonstrations
 
