@@ -127,7 +127,8 @@ class RemoteEpisode(Episode):
         return Page(resp.text)
 
     def _step(self, reward: float = 0.0) -> Step:
-        """reward: the purchase's, on the step that bought (later steps of a done episode earn nothing, as in process)."""
+        """reward: the purchase's, on the step that bought (later steps of a done episode earn nothing, as in
+        process)."""
         won = self.done and self.reward >= SUCCESS
         return Step(self.page.observation(), tuple(self.page.actions()), reward,
                     self.done or self.steps >= self.max_steps, won)

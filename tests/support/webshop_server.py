@@ -63,7 +63,8 @@ class WebShopServer:
     # -- pages, laid out as the original's templates -------------------------------------------------------------
     def _page(self, sid: str, body: str) -> HTMLResponse:
         goal = self.sessions[sid]
-        instruction = f'<div id="instruction-text" class="text-center"><h4>Instruction:<br>{esc(goal["instruction_text"])}</h4></div>'
+        instruction = (f'<div id="instruction-text" class="text-center"><h4>Instruction:<br>'
+                       f'{esc(goal["instruction_text"])}</h4></div>')
         return HTMLResponse(f"<!DOCTYPE html><html>{HEAD}<body><div class=\"container\">{instruction}{body}"
                             "</div></body></html>")
 
