@@ -177,6 +177,13 @@ class RemoteWebShopEnvironment(WebShopEnvironment):
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["data"], state["max_steps"], state["server_url"])
 
+    def build(self):
+        """The goals only: the server searches and rewards, so no store (and no search index) is built here."""
+        with self._lock:
+            if self._built is None:
+                self._built = (None, self.data.goals(self.data.products()))
+        return self._built
+
     def client(self) -> httpx.Client:
         with self._client_lock:  # one connection pool per process, for all its episodes
             if self._client is None:
