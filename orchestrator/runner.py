@@ -245,16 +245,29 @@ def check_nodes_share(folders: dict[str, Path]) -> None:
         except OSError:
             pass
 
+    # what a task pinned to a node raises when the node is gone
+    GONE = (ray.exceptions.TaskUnschedulableError, ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError)
+
     def on(node_id: str, fn, *args):
         return fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(*args)
 
     def ask(refs: dict) -> dict:
-        try:
-            return dict(zip(refs, ray.get(list(refs.values()), timeout=PREFLIGHT_TIMEOUT_S)))
-        except ray.exceptions.GetTimeoutError:
-            late = [nodes[n] for n, r in refs.items() if not ray.wait([r], timeout=0)[0]]
+        """Each node's answer. A node that left the cluster since `ray.nodes()` was read (it died, or was scaled
+        down) is dropped from `nodes`: it will run no cell, so there is nothing to check on it."""
+        _, waiting = ray.wait(list(refs.values()), num_returns=len(refs), timeout=PREFLIGHT_TIMEOUT_S)
+        if waiting:
+            late = [nodes[n] for n, r in refs.items() if r in waiting]
             raise ConfigError(f"node(s) {', '.join(late)} did not answer the preflight (a tiny task) within "
-                              f"{PREFLIGHT_TIMEOUT_S} s: check that they are healthy (`ray status`)") from None
+                              f"{PREFLIGHT_TIMEOUT_S} s: check that they are healthy (`ray status`)")
+        answers = {}
+        for node, ref in refs.items():
+            try:
+                answers[node] = ray.get(ref)
+            except GONE:
+                if node in {n["NodeID"] for n in ray.nodes() if n["Alive"]}:
+                    raise
+                del nodes[node]
+        return answers
 
     try:
         for key, folder in folders.items():

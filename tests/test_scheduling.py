@@ -243,3 +243,18 @@ def test_a_failed_preflight_is_an_infra_error_retried_before_the_agent_starts(ru
     assert row["status"] == "infra_error" and row["attempts"] == 2, row
     assert "PreflightFailed" in row["error"] and "no usable GPU" in row["error"], row["error"]
     assert not list((out / "cells" / row["cell_id"]).glob("attempt-*/agent.stdout"))  # the agent never started
+
+
+def test_the_shared_storage_preflight_passes_over_a_node_that_left_after_it_was_listed(ray_cluster, tmp_path,
+                                                                                       monkeypatch):
+    """`ray.nodes()` can still list a node that has just died (a restarted orchestrator after a node loss); a task
+    pinned to it is unschedulable. The preflight checks the nodes that are there instead of failing the sweep."""
+    import secrets
+
+    from orchestrator.runner import check_nodes_share
+
+    listed = ray_cluster.nodes()
+    stale = iter([listed + [{**listed[0], "NodeID": secrets.token_hex(28)}]])  # the first read lists a gone node
+    monkeypatch.setattr(ray_cluster, "nodes", lambda: next(stale, None) or listed)
+    check_nodes_share({"output_dir": tmp_path / "out"})
+    assert list((tmp_path / "out").iterdir()) == []  # each node took its probe back
