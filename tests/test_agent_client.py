@@ -145,3 +145,19 @@ def test_sft_grpo_plays_and_trains_on_the_graders_chats(small_task, tmp_path):
     rows = task.train_rows()
     sft = load_script(code / "sft_grpo.py")
     assert [d["prompt"] for d in sft.sft_rows(rows)] == [task.messages(row) for row in rows]
+
+
+def test_sft_grpo_keeps_its_last_submission_for_its_last_round(small_task, tmp_path):
+    """Fast GRPO rounds with a submission every 2nd once spent all of a cell's submissions in a minute, and the
+    cell ended with its time unused."""
+    cfg, _ = small_task
+    agent = load_script(code_dir(tmp_path, cfg, "sft_grpo") / "sft_grpo.py")
+    remaining, submitted = 3, []
+    for n in range(1, 21):
+        last = n == 20
+        if agent.submit_now(n, 2, last, remaining):
+            submitted.append(n)
+            remaining -= 1
+    assert submitted == [2, 4, 20]
+    assert agent.submit_now(3, 2, True, 1) and not agent.submit_now(4, 2, False, 1)
+    assert agent.submit_now(4, 2, False, None)  # no submission limit

@@ -50,7 +50,8 @@ DEFAULTS = {
     "loss_type": "dapo",
     "scale_rewards": "group",
     "max_new_tokens": 16,
-    "submit_every": 2,            # GRPO rounds between submissions (the last round is always submitted)
+    "submit_every": 2,            # GRPO rounds between submissions (the last round is always submitted, and the
+                                  # last submission is kept for it)
     # time
     "margin_s": 10.0,
     "grading_estimate_s": 60.0,
@@ -221,6 +222,12 @@ def save(model, tokenizer, path: Path) -> str:
     return os.path.relpath(path, Path.cwd())
 
 
+def submit_now(round_n: int, every: int, last: bool, remaining: int | None) -> bool:
+    """Whether GRPO round `round_n` is submitted: every `every`-th round and the last one, but the last submission
+    left is kept for the last round (spent early on fast rounds, it would end the run with its time unused)."""
+    return last or (round_n % every == 0 and (remaining is None or remaining > 1))
+
+
 def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
@@ -284,7 +291,7 @@ def main() -> int:
         log(json.dumps(history[-1]))
         last = n == int(args["grpo_rounds"]) or deadline - time.time() - reserve() < round_s
         # Submit only when its grading ends before the deadline: everything is stopped then.
-        if (n % int(args["submit_every"]) == 0 or last) and deadline - time.time() > reserve():
+        if submit_now(n, int(args["submit_every"]), last, submitter.remaining) and deadline - time.time() > reserve():
             last_saved = save(model, tokenizer, out_dir / f"grpo-{n}")
             submitter.submit(last_saved)
             log(f"submitted {last_saved}")
