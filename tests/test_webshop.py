@@ -530,7 +530,7 @@ def test_grading_on_a_running_server_matches_the_store_in_process(upstream_serve
 
 def test_a_server_with_other_data_or_none_is_a_clear_error(upstream_server):
     from envs.webshop.real_data import human_goals
-    from envs.webshop.remote import RemoteWebShopEnvironment, ServerError
+    from envs.webshop.remote import Page, RemoteWebShopEnvironment, ServerError
     from tests.support.webshop_server import WebShopServer
 
     root, local, _ = upstream_server
@@ -547,6 +547,8 @@ def test_a_server_with_other_data_or_none_is_a_clear_error(upstream_server):
     episode = RemoteWebShopEnvironment(local.data, 15, f"http://127.0.0.1:{port}").open(local.instances("eval")[0])
     with pytest.raises(ServerError, match="is it running"):
         episode.reset()
+    with pytest.raises(ServerError, match="reward is 'n/a', not a number"):  # a done page unlike the original's
+        Page('<div id="reward"><pre>n/a</pre></div>')
 
 
 # ---------------------------------------------------------------------------------------------- a sweep

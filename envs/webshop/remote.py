@@ -30,6 +30,11 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
 TIMEOUT_S = 60.0
 
 
+class ServerError(RuntimeError):
+    """The server did not answer a page, or answered one unlike the original's: an infrastructure failure, not the
+    model's."""
+
+
 class Page(HTMLParser):
     """One page of the original site: its visible texts, its clickables (lower-cased text -> (method, url)), whether
     it has the search bar, its instruction and, on the done page, the reward."""
@@ -95,17 +100,17 @@ class Page(HTMLParser):
         if self._inside("id", "instruction-text") and text != "Instruction:":
             self.instruction = text
         if self._inside("id", "reward") and self._open[-1][0] == "pre":
-            self.reward = float(text)
+            try:
+                self.reward = float(text)
+            except ValueError:
+                raise ServerError(f"the done page's reward is {text!r}, not a number: is task.server_url the "
+                                  "original WebShop site?") from None
 
     def observation(self) -> str:
         return " [SEP] ".join(self.texts)
 
     def actions(self) -> list[str]:
         return ([SEARCH_ACTION] if self.search_bar else []) + [f"click[{c}]" for c in self.clickables if c != "search"]
-
-
-class ServerError(RuntimeError):
-    """The server did not answer a page: an infrastructure failure, not the model's."""
 
 
 class RemoteEpisode(Episode):
