@@ -245,27 +245,30 @@ def check_nodes_share(folders: dict[str, Path]) -> None:
         except OSError:
             pass
 
-    # what a task pinned to a node raises when the node is gone
-    GONE = (ray.exceptions.TaskUnschedulableError, ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError)
+    # What a task pinned to a node raises when the node is gone. The raylets learn it before `ray.nodes()` does
+    # (it lists a killed node as alive for a while), so these mean gone, whatever `ray.nodes()` says.
+    GONE = (ray.exceptions.TaskUnschedulableError, ray.exceptions.NodeDiedError)
 
     def on(node_id: str, fn, *args):
         return fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(*args)
 
     def ask(refs: dict) -> dict:
         """Each node's answer. A node that left the cluster since `ray.nodes()` was read (it died, or was scaled
-        down) is dropped from `nodes`: it will run no cell, so there is nothing to check on it."""
+        down) is dropped from `nodes`: it will run no cell, so there is nothing to check on it. One that is still
+        alive and does not answer in time is named."""
         _, waiting = ray.wait(list(refs.values()), num_returns=len(refs), timeout=PREFLIGHT_TIMEOUT_S)
-        if waiting:
-            late = [nodes[n] for n, r in refs.items() if r in waiting]
+        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        if late := [nodes[n] for n, r in refs.items() if r in waiting and n in alive]:
             raise ConfigError(f"node(s) {', '.join(late)} did not answer the preflight (a tiny task) within "
                               f"{PREFLIGHT_TIMEOUT_S} s: check that they are healthy (`ray status`)")
         answers = {}
         for node, ref in refs.items():
+            if ref in waiting:  # it left while we waited
+                del nodes[node]
+                continue
             try:
                 answers[node] = ray.get(ref)
             except GONE:
-                if node in {n["NodeID"] for n in ray.nodes() if n["Alive"]}:
-                    raise
                 del nodes[node]
         return answers
 

@@ -247,14 +247,15 @@ def test_a_failed_preflight_is_an_infra_error_retried_before_the_agent_starts(ru
 
 def test_the_shared_storage_preflight_passes_over_a_node_that_left_after_it_was_listed(ray_cluster, tmp_path,
                                                                                        monkeypatch):
-    """`ray.nodes()` can still list a node that has just died (a restarted orchestrator after a node loss); a task
-    pinned to it is unschedulable. The preflight checks the nodes that are there instead of failing the sweep."""
+    """`ray.nodes()` lists a node that has just died as alive for a while (a restarted orchestrator after a node
+    loss), but a task pinned to it is unschedulable. The preflight checks the nodes that are there instead of failing
+    the sweep."""
     import secrets
 
     from orchestrator.runner import check_nodes_share
 
     listed = ray_cluster.nodes()
-    stale = iter([listed + [{**listed[0], "NodeID": secrets.token_hex(28)}]])  # the first read lists a gone node
-    monkeypatch.setattr(ray_cluster, "nodes", lambda: next(stale, None) or listed)
+    stale = listed + [{**listed[0], "NodeID": secrets.token_hex(28)}]  # a gone node, still listed alive
+    monkeypatch.setattr(ray_cluster, "nodes", lambda: stale)
     check_nodes_share({"output_dir": tmp_path / "out"})
     assert list((tmp_path / "out").iterdir()) == []  # each node took its probe back
