@@ -136,7 +136,7 @@ class CellSpec:
 # Grader settings that change how fast a score comes, not what it is.
 GRADER_RUNTIME_KEYS = {"num_cpus", "num_gpus", "num_replicas", "batch_size", "max_concurrent", "backend", "threads",
                        "infra_retries", "gpu_memory_utilization", "tensor_parallel_size", "max_model_len",
-                       "kv_cache_gb"}
+                       "kv_cache_gb", "memory_gb", "submission_max_files", "submission_max_gb"}
 
 
 # Task classes were named by their import path when the first ledgers were written. Identities still hash those

@@ -36,6 +36,9 @@ class GraderSettings:
     num_replicas: int
     max_concurrent: int
     infra_retries: int
+    memory_gb: float | None         # the replica's memory: reserved in Ray and enforced (null: half the node's)
+    submission_max_files: int       # a submitted folder's limits (its private copy is refused past them)
+    submission_max_gb: float
     gpu_memory_utilization: float   # the vLLM backend's engine settings (the transformers backend ignores them)
     tensor_parallel_size: int
     max_model_len: int | None
@@ -64,12 +67,13 @@ class ContaminationSettings:
 _RULES: dict[str, tuple[type, float | None]] = {
     "backend": (str, None), "device": (str, None), "batch_size": (int, 1), "max_new_tokens": (int, 1),
     "num_cpus": (float, 0), "num_gpus": (float, 0), "threads": (int, 1), "num_replicas": (int, 1),
-    "max_concurrent": (int, 1), "infra_retries": (int, 0), "gpu_memory_utilization": (float, 0),
+    "max_concurrent": (int, 1), "infra_retries": (int, 0), "memory_gb": (float, 0),
+    "submission_max_files": (int, 1), "submission_max_gb": (float, 0), "gpu_memory_utilization": (float, 0),
     "tensor_parallel_size": (int, 1), "max_model_len": (int, 1), "kv_cache_gb": (float, 0), "num_hosts": (int, 1),
     "max_sessions_per_run": (int, 1), "idle_timeout_s": (float, 0), "host_cpus": (float, 0), "router_cpus": (float, 0),
     "ngram": (int, 1), "threshold": (float, 0), "max_file_mb": (float, 0), "near_copy_tol": (float, 0),
 }
-_NULLABLE = {"threads", "max_model_len", "kv_cache_gb"}
+_NULLABLE = {"threads", "max_model_len", "kv_cache_gb", "memory_gb"}
 
 
 @cache

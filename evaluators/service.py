@@ -20,7 +20,6 @@ import logging
 import os
 import secrets
 import shutil
-import stat
 import time
 from pathlib import Path
 
@@ -36,12 +35,13 @@ from contracts.task_spec import TaskSpec
 from evaluators.contamination import HiddenItems, relative_distance
 from evaluators.judging.client import JudgeUnavailable
 from evaluators.score_cache import ScoreCache, score_key, split_key
-from evaluators.submissions import resolve_model_path
+from evaluators.submissions import CopyLimits, private_copy, resolve_model_path
 
 log = logging.getLogger("a2rl.grader")
 JUDGE_CALLS = "judge_calls.jsonl"  # in the cell's records folder: every call of its evaluations' judge
 FINAL = "final.json"                  # in the cell's records folder: the held-out score of its final submission
 FINAL_CANDIDATES = "final-candidates"  # there too, while the run lasts: a copy of the submission it will be
+SUBMITTED = "submitted"  # there too, while a submission is graded: the private copy it is read from
 JUDGE_AGREEMENT_SAMPLE = 20  # the baseline's first judge prompts asked twice: the judge's repeat agreement
 JUDGE_USAGE = ("calls", "input_tokens", "output_tokens", "cached_tokens", "total_tokens", "cost_usd")
 api = FastAPI(title="a2rl grading API")
@@ -69,20 +69,6 @@ def refused(e: Refusal) -> JSONResponse:
     return JSONResponse(status_code=e.status, content=e.body())
 
 
-def keep_copy(model_dir: Path, keep: Path) -> None:
-    """A copy of a submitted model directory, complete or absent: the files its links point to are copied, but only
-    regular files (a link to a device or a pipe would never end)."""
-    def copy_regular(src: str, dst: str) -> None:
-        if not stat.S_ISREG(os.stat(src).st_mode):
-            raise OSError(f"{src} is not a regular file")
-        shutil.copy2(src, dst)
-
-    tmp = keep.with_name(keep.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(model_dir, tmp, copy_function=copy_regular)
-    tmp.rename(keep)
-
-
 # What an evaluation lost with its replica's process raises (a kill, the out-of-memory killer, its node gone)
 INFRA_FAULTS = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError,
                 ray.exceptions.NodeDiedError)
@@ -102,7 +88,11 @@ class Evaluator:
         from contracts.task import build_task
         from evaluators.backends import make_backend
         from evaluators.base_models import resolve_base_model
+        from evaluators.model_size import bound_memory, default_bound
 
+        # Whatever a submission makes it allocate, this process fails the allocation before the node runs out
+        memory = spec.grader.memory_gb
+        self.memory_bound = bound_memory(int(memory * 1e9) if memory else default_bound())
         torch.set_num_threads(max(1, int(spec.grader.num_cpus)))
         self.spec = spec
         self.task = build_task(spec, cache_dir, task_cls)
@@ -382,14 +372,25 @@ class Grader:
             if counted(run) >= run["max_submissions"]:
                 raise Refusal("budget_exhausted", f"submission budget exhausted ({run['max_submissions']} used)")
             await self.ensure_baseline()
-            # a request id: the registry answers a retried reservation (its own restart) with the same submission
-            submission_id, refusal = await self.registry.reserve.remote(token, secrets.token_hex(8))
-            if refusal is not None:
-                raise refusal
         except Refusal as e:
             return refused(e)
+        # From here on the grader reads only its own copy, taken through what it checked (evaluators/submissions.py)
+        request_id = secrets.token_hex(8)
+        private = Path(run["records_dir"]) / SUBMITTED / request_id
+        try:
+            await asyncio.to_thread(private_copy, Path(run["workspace"]), model_dir, private, CopyLimits(
+                self.spec.grader.submission_max_files, int(self.spec.grader.submission_max_gb * 1e9)))
+            # a request id: the registry answers a retried reservation (its own restart) with the same submission
+            submission_id, refusal = await self.registry.reserve.remote(token, request_id)
+            if refusal is not None:
+                raise refusal
+        except BaseException as e:
+            await asyncio.to_thread(shutil.rmtree, private, True)
+            if isinstance(e, Refusal):
+                return refused(e)
+            raise
         # shielded: an agent that hangs up (a client timeout) does not cancel the evaluation it was counted for
-        return await asyncio.shield(self._grade(token, run, submission_id, model_dir, body["model_path"], received,
+        return await asyncio.shield(self._grade(token, run, submission_id, private, body["model_path"], received,
                                                 final))
 
     # -- internals ----------------------------------------------------------------------------------------------
@@ -402,6 +403,14 @@ class Grader:
 
     async def _grade(self, token: str, run: dict, submission_id: int, model_dir: Path, given_path: str,
                      received: float, final: bool):
+        """Grade the private copy `model_dir`, and remove it (unless it became the final candidate)."""
+        try:
+            return await self._grade_copy(token, run, submission_id, model_dir, given_path, received, final)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, model_dir, True)
+
+    async def _grade_copy(self, token: str, run: dict, submission_id: int, model_dir: Path, given_path: str,
+                          received: float, final: bool):
         from contracts.code_snapshots import snapshot_code
 
         commit = None
@@ -457,8 +466,9 @@ class Grader:
         if not marked and (held is not None and (held["marked"] or held["score"] >= record["score"])):
             return
         keep = Path(run["records_dir"]) / FINAL_CANDIDATES / str(record["submission_id"])
-        try:
-            await asyncio.to_thread(keep_copy, model_dir, keep)
+        try:  # the private copy it was scored from becomes the candidate
+            keep.parent.mkdir(exist_ok=True)
+            await asyncio.to_thread(os.replace, model_dir, keep)
         except OSError as e:  # the held-out score then falls to the last kept candidate
             log.error("could not keep submission %d of %s for its final score: %s", record["submission_id"],
                       run["cell_id"], e)
@@ -551,6 +561,8 @@ def deploy(spec: TaskSpec, cache_dir: str, emulated_gpus: bool = False, driver_u
             options["resources"] = {"emulated_gpu": spec.grader.num_gpus}
         elif spec.grader.num_gpus:
             options["num_gpus"] = spec.grader.num_gpus
+        if spec.grader.memory_gb:  # reserved here, enforced in the replica (evaluators/model_size.py)
+            options["memory"] = int(spec.grader.memory_gb * 1e9)
         # Serve queues evaluations beyond max_concurrent per replica; /status and /health never wait on them
         evaluator = Evaluator.options(num_replicas=spec.grader.num_replicas, ray_actor_options=options,
                                       max_ongoing_requests=spec.grader.max_concurrent)

@@ -40,8 +40,8 @@ def service_reservations(tasks: list[dict], gpu_key: str, proxy_cpus: float) -> 
         spec = TaskSpec.from_config(task)
         grader = spec.grader
         for _ in range(grader.num_replicas):
-            out.append((f"the grader of task {spec.name}", "task.grader.num_gpus / num_cpus",
-                        {"CPU": grader.num_cpus, gpu_key: grader.num_gpus}))
+            out.append((f"the grader of task {spec.name}", "task.grader.num_gpus / num_cpus / memory_gb",
+                        {"CPU": grader.num_cpus, gpu_key: grader.num_gpus, "memory": (grader.memory_gb or 0) * 1e9}))
         if is_interactive(spec) and spec.rollout.host_cpus:
             for _ in range(spec.rollout.num_hosts):
                 out.append((f"a rollout host of task {spec.name}", "task.rollout.host_cpus",

@@ -42,11 +42,15 @@ class TransformersBackend(EvaluatorBackend):
         import torch
         from transformers import AutoModelForCausalLM
 
+        from evaluators.model_size import check_fits, free_bytes
+
         path = Path(model_dir)
         config, tokenizer = load_config_and_tokenizer(path)
+        # fp32 on CPU (bf16 matmuls are slow there); the saved dtype on GPU
+        dtype = torch.float32 if self.device == "cpu" else "auto"
+        # nothing is allocated for a model that would not fit, or whose checkpoint lacks weights
+        check_fits(path, config, torch.float32 if self.device == "cpu" else None, free_bytes(self.device))
         try:
-            # fp32 on CPU (bf16 matmuls are slow there); the saved dtype on GPU
-            dtype = torch.float32 if self.device == "cpu" else "auto"
             model, info = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
                                                                trust_remote_code=False, output_loading_info=True)
         except Exception as e:
