@@ -61,6 +61,9 @@ class ContaminationSettings:
     threshold: float                # share of an item's n-grams found in one file that flags it
     max_file_mb: float              # larger files are not read (weights and archives are skipped anyway)
     near_copy_tol: float            # a model within this relative L2 distance of the base's is a copy of it
+    max_files: int                  # a scan reads at most this many files, this many MB in all, for this long;
+    max_total_mb: float             # past a limit it stops and its record says "scan truncated"
+    max_s: float
 
 
 # key -> (type, least value); None: the setting may be null
@@ -72,6 +75,7 @@ _RULES: dict[str, tuple[type, float | None]] = {
     "tensor_parallel_size": (int, 1), "max_model_len": (int, 1), "kv_cache_gb": (float, 0), "num_hosts": (int, 1),
     "max_sessions_per_run": (int, 1), "idle_timeout_s": (float, 0), "host_cpus": (float, 0), "router_cpus": (float, 0),
     "ngram": (int, 1), "threshold": (float, 0), "max_file_mb": (float, 0), "near_copy_tol": (float, 0),
+    "max_files": (int, 1), "max_total_mb": (float, 0), "max_s": (float, 0),
 }
 _NULLABLE = {"threads", "max_model_len", "kv_cache_gb", "memory_gb"}
 

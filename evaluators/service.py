@@ -167,9 +167,14 @@ class Evaluator:
                                  f"expected {digest[:12]})")
             if out["digest"] == self.base_digest or await asyncio.to_thread(self._near_copy, loaded):
                 out["flags"].append("copy_of_base")
-            if workspace is not None and (found := await asyncio.to_thread(self.hidden.scan, Path(workspace))):
-                out["flags"].append("contamination")
-                out["contamination"] = found
+            if workspace is not None:
+                survey = await asyncio.to_thread(self.hidden.survey, Path(workspace))
+                if survey.matches:
+                    out["flags"].append("contamination")
+                    out["contamination"] = survey.matches
+                if survey.truncated:  # bounded work: what was not read is said, in the record
+                    out["contamination_scan"] = {"truncated": survey.truncated, "files": survey.files,
+                                                 "bytes": survey.bytes}
             key = await asyncio.to_thread(score_key, Path(model_dir), out["digest"])
             result, out["judge_usage"], _ = await self._judged(loaded, key, cell_id,
                                                                Path(records_dir) / JUDGE_CALLS, split)
@@ -533,6 +538,8 @@ class Grader:
             record["refunded"] = True
         if result.get("contamination"):
             record["contamination"] = result["contamination"]  # never in the agent's answer: it would name items
+        if result.get("contamination_scan"):
+            record["contamination_scan"] = result["contamination_scan"]  # e.g. "scan truncated: more than ..."
         append_jsonl(Path(run["records_dir"]) / SUBMISSIONS, record)  # durable before the answer
         return record
 
