@@ -142,7 +142,7 @@ class Evaluator:
         """The base model's scores (None while a judged task's are not scored yet), its digest, the split sizes."""
         return {"baseline_score": self.baseline["eval"], "final_baseline_score": self.baseline["final"],
                 "base_digest": self.base_digest, "n_eval": len(self.rows["eval"]), "n_final": len(self.rows["final"]),
-                "judge_agreement": self.judge_agreement}
+                "judge_agreement": self.judge_agreement, "memory_bound": self.memory_bound}
 
     async def scored_baseline(self) -> dict:
         await self.ensure_baseline()
@@ -428,7 +428,9 @@ class Grader:
                                       run["cell_id"], run["records_dir"], "eval", None, run["workspace"])
         if "refusal" in result:
             await self.registry.cancel.remote(token, submission_id)
-            return refused(result["refusal"])
+            why = result["refusal"]  # said of the folder the agent named, not of the grader's private copy
+            return refused(Refusal(why.code, why.message.replace(str(model_dir), given_path)
+                                   .replace(model_dir.name, given_path)))
         best, still_open = await self.registry.finish.remote(token, submission_id, result["score"],
                                                               result["refunded"])
         if not still_open:  # the cell ended and gave this evaluation up (recorded as an infra error then)
