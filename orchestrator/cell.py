@@ -4,7 +4,8 @@
 it (workspace, registrations, sandbox), watch it until it exits or a budget ends it, then stop everything and record
 the outcome. Everything the cell learns is in durable record files first and reported to Tune as a CellReport (a Tune
 callback in the orchestrator writes the ledger). An agent that crashes is a result (agent_error); only
-infrastructure failures raise, which is what Tune's retry (FailureConfig) retries.
+infrastructure failures raise (contracts/infra.py), which is what Tune's retry (FailureConfig) retries; any other
+exception in a2rl's code ends the cell once as infra_error marked a2rl_bug, its traceback in the outcome.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ray import serve, tune
 
 from agents.cli.session import AgentSession, CliUnavailable
 from agents.kinds import AgentKind, agent_kind
+from contracts.infra import InfraError, is_infrastructure
 from contracts import registry
 from contracts.layout import Layout
 from contracts.records import (
@@ -55,7 +57,7 @@ POLL_S = 0.2
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-class ServiceTimeout(RuntimeError):
+class ServiceTimeout(InfraError):
     """A service did not answer a cell in time: an infra error (Tune retries the cell)."""
 
 
@@ -372,11 +374,34 @@ def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_cod
                        **({"env_usage": env_usage} if env_usage is not None else {})})
 
 
+def a2rl_bug(attempt: Attempt, e: BaseException) -> Outcome:
+    """An unexpected exception in a2rl's own code: the cell ends once as infra_error marked a2rl_bug, with the
+    traceback in its outcome (not retried: it would fail the same way, and read like a flaky machine)."""
+    import traceback
+
+    where = attempt.dir / OUTCOME
+    return Outcome(status=INFRA_ERROR, limit_hit=None, exit_code=None,
+                   error=f"a2rl bug (not retried): {type(e).__name__}: {str(e)[:300]}; traceback in {where}",
+                   best_score=None, baseline_score=None, n_submissions=0, started_at=attempt.started,
+                   ended_at=time.time(), details={"a2rl_bug": True, "traceback": "".join(
+                       traceback.format_exception(type(e), e, e.__traceback__))[-20000:]})
+
+
 def run_cell(config: dict) -> None:
     cell = CellSpec.from_dict(config["cell"])
     opts = config["opts"]
     registry.search(*opts["imports"])  # the user's own task classes and agent kinds, in this worker too
     attempt = start_attempt(cell, Layout.from_dict(config["layout"]))
+    try:
+        run_attempt(attempt, opts)
+    except Exception as e:
+        if is_infrastructure(e):
+            raise  # Tune runs the cell again (cluster.max_retries)
+        attempt.finish(a2rl_bug(attempt, e))
+
+
+def run_attempt(attempt: Attempt, opts: dict) -> None:
+    cell = attempt.cell
     kind = agent_kind(cell.agent.kind)
     try:  # an LLM-driven agent: its CLI must be installed before anything is registered or spent
         session = kind.session(cell, list(opts.get("cli_path") or []))

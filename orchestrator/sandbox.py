@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contracts.infra import InfraError
 from contracts.bwrap import (  # noqa: F401 (python_paths: cells and tests use it as sandbox.python_paths)
     MIN_BWRAP,
     bwrap_argv,
@@ -97,7 +98,7 @@ class Settings:
         return int(max(2 * GIB, total * min(1.0, budget.cpus / (os.cpu_count() or 1))))
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(InfraError):
     pass
 
 
@@ -388,7 +389,7 @@ GPU_CHECK = ("import os, torch; n = len([d for d in os.environ.get('CUDA_VISIBLE
              "[torch.ones(1, device=f'cuda:{i}').sum().item() for i in range(n)]")
 
 
-class PreflightFailed(RuntimeError):
+class PreflightFailed(InfraError):
     """The sandbox cannot give the agent what its reservation grants: an infrastructure error (retried)."""
 
 

@@ -73,5 +73,23 @@ def print_summary(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> list[d
         print(f"{r['task']:<{w['task']}}{r['agent']:<{w['agent']}}{r['driver']:<{w['driver']}}{r['cells']:>6}  "
               f"{_f(r['baseline']):>8}  {held:<26}{_f(r['best_mean']):>7}  {imp:<26}{_f(r['gap_mean'], True):>7}  "
               f"{flags}", file=out)
+    bugs = a2rl_bugs(ledger, cell_ids)
+    if bugs:
+        print(f"\n{len(bugs)} cell(s) ended on a bug in a2rl itself (infra_error, not retried; please report it with "
+              "the traceback):", file=out)
+        for cell_id, where in bugs:
+            print(f"  {cell_id}: traceback in {where}", file=out)
     return rows
+
+
+def a2rl_bugs(ledger: Ledger, cell_ids: list[str]) -> list[tuple[str, str]]:
+    """(cell id, its outcome file) of each cell whose last attempt ended on an exception in a2rl's own code."""
+    rows = ledger.cells(cell_ids)
+    out = []
+    for e in ledger.events(kind="outcome"):
+        row = rows.get(e["cell_id"])
+        if row and row["status"] == "infra_error" and e["attempt"] == row["attempts"] and e["payload"].get("a2rl_bug"):
+            out.append((e["cell_id"], str(ledger.path.parent / "cells" / e["cell_id"] / f"attempt-{e['attempt']}" /
+                                          "outcome.json")))
+    return sorted(set(out))
 

@@ -207,6 +207,23 @@ def test_infra_errors_are_retried_by_tune_then_recorded(run_sweep, tmp_path):
     assert "retrying" in kinds and "retrying" in text
 
 
+def test_a_bug_in_a2rl_ends_the_cell_once_with_its_traceback_and_the_summary_says_so(run_sweep):
+    """An unexpected exception in a2rl's code (here planted in an agent kind's command line) is not retried: the cell
+    ends once as infra_error marked a2rl_bug, its traceback in the outcome, and the sweep's summary names it."""
+    _, text, out = run_sweep(["sweep=smoke", "agent=command", "agent.kind=buggy", "agent.command=true",
+                              "imports=[tests.support.buggy]", "cluster.max_retries=2"])
+    row = next(iter(ledger_of(out).cells().values()))
+    assert row["status"] == "infra_error" and row["attempts"] == 1, row
+    assert "a2rl bug" in row["error"] and "KeyError" in row["error"], row
+    import json
+
+    outcome_file = out / "cells" / row["cell_id"] / "attempt-1" / "outcome.json"
+    outcome = json.loads(outcome_file.read_text())
+    assert outcome["a2rl_bug"] and "a planted bug" in outcome["traceback"] and "in command" in outcome["traceback"]
+    assert "bug in a2rl itself" in text and str(outcome_file) in text, text
+    assert "retrying" not in text
+
+
 def test_reservations_that_can_never_fit_are_refused_before_anything_waits(run_sweep):
     """The session cluster has 4 CPUs and 1 emulated GPU. Ray would queue these for ever, in silence."""
     from contracts.specs import ConfigError

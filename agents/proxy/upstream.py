@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
 import aiohttp
+from contracts.infra import InfraError
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class RetryPolicy:
         return delay * (1 + random.uniform(-self.jitter, self.jitter))
 
 
-class UpstreamUnreachable(Exception):
+class UpstreamUnreachable(InfraError):
     def __init__(self, message: str, attempts: int, wait_s: float):
         super().__init__(message)
         self.attempts, self.wait_s = attempts, wait_s

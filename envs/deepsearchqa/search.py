@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envs.deepsearchqa.world import Document
+from contracts.infra import InfraError
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class HttpSearch:
         return results_of(body)[:k]
 
 
-class SearchError(RuntimeError):
+class SearchError(InfraError):
     """The search API failed; the episode shows it as an observation."""
 
 

@@ -19,6 +19,7 @@ from html.parser import HTMLParser
 
 import httpx
 
+from contracts.infra import InfraError
 from contracts.environment import Episode, Instance, Step
 from envs.webshop.environment import MAX_STEPS, WebShopEnvironment
 from envs.webshop.real_data import instruction_key
@@ -30,7 +31,7 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
 TIMEOUT_S = 60.0
 
 
-class ServerError(RuntimeError):
+class ServerError(InfraError):
     """The server did not answer a page, or answered one unlike the original's: an infrastructure failure, not the
     model's."""
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contracts.infra import InfraError
 from contracts.registry import register
 from contracts.specs import ConfigError
 from evaluators.backends.base import EvaluatorBackend, ModelLoadError
@@ -44,7 +45,7 @@ def vllm_python() -> Path:
     return Path(os.environ.get(VENV_VARIABLE) or ROOT / ".venv-vllm") / "bin" / "python"
 
 
-class EngineError(RuntimeError):
+class EngineError(InfraError):
     pass
 
 

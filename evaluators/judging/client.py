@@ -10,9 +10,10 @@ run summaries (orchestrator.analysis.run_summary) send the same request straight
 from __future__ import annotations
 
 import httpx
+from contracts.infra import InfraError
 
 
-class JudgeUnavailable(RuntimeError):
+class JudgeUnavailable(InfraError):
     """The judge could not be asked (network, provider error, budget): an infra error of the evaluation."""
 
 
