@@ -132,11 +132,14 @@ def start_ray(cluster: DictConfig) -> None:
         # Loopback only. Ray 2.60's gRPC servers (GCS, raylet, workers) still listen on every interface, with no
         # setting to change it: the token guards them, and an agent in the isolated network mode cannot reach
         # any of them. Metrics collection is off: its Prometheus endpoint answers without a token. address="local":
-        # a Ray of its own, never a cluster that `ray start` left running on this machine.
+        # a Ray of its own, never a cluster that `ray start` left running on this machine. Ray's memory monitor is
+        # off: every process that runs what an agent made is bounded already (a cell's cgroup, a grader replica's
+        # RLIMIT_DATA), and the monitor's victims are whoever ran a task last (one agent's memory bomb once took the
+        # Serve controller, the run registry, both graders and both cells, and Tune's controller with them).
         ray.init(address="local", num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
                  _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
                  configure_logging=True, logging_level="WARNING",
-                 _system_config={"enable_metrics_collection": False})
+                 _system_config={"enable_metrics_collection": False, "memory_monitor_refresh_ms": 0})
     else:
         ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level="WARNING")
 
@@ -332,6 +335,37 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
     return plan
 
 
+def recover_lost_round(ledger: Ledger, cells: list[CellSpec], max_retries: int, error: BaseException,
+                       out) -> list[CellSpec]:
+    """After Tune's controller died: no cell stays `running`. A cell whose attempt was cut off runs again while it has
+    retries left (else it ends infra_error naming the cause); cells not started yet stay pending. Returns the cells
+    to run in a new round."""
+    from orchestrator.callbacks import label
+    from orchestrator.ledger import INFRA_ERROR
+    from orchestrator.records import status_event
+
+    cause = f"the sweep's trial controller died: {type(error).__name__}: {str(error).strip().splitlines()[-1][:300]}"
+    print(f"[a2rl] {cause}; recovering its cells", file=out)
+    rows = ledger.cells([c.cell_id for c in cells])
+    again = []
+    for cell in cells:
+        row = rows[cell.cell_id]
+        if row["status"] not in (PENDING, RUNNING):
+            continue  # it finished before the controller died
+        if row["status"] == RUNNING:
+            attempt = max(1, row["attempts"])
+            if attempt > max_retries:
+                ledger.finish(cell.cell_id, INFRA_ERROR, time.time(), error=cause)
+                print(f"[a2rl] finished {label(cell)}: infra_error: {cause}", file=out)
+                continue
+            ledger.add_events(cell.cell_id, attempt, [status_event(cell.cell_id, attempt, time.time() - (
+                row.get("started_at") or time.time()), "retrying", error=cause)])
+            ledger.set_pending([cell.cell_id])
+            print(f"[a2rl] infra error in {label(cell)}, retrying: {cause[:200]}", file=out)
+        again.append(cell)
+    return again
+
+
 def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool, emulated: bool, out) -> None:
     import ray
     from ray import tune
@@ -378,25 +412,33 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
             trainable = tune.with_resources(
                 run_cell, lambda config: tune.PlacementGroupFactory(
                     [resources_of(CellSpec.from_dict(config["cell"]), emulated)]))
-            tuner = tune.Tuner(
-                trainable,
-                param_space={"cell": tune.grid_search([c.to_dict() for c in plan.to_run]), "layout": layout.to_dict(),
-                             "opts": opts},
-                tune_config=tune.TuneConfig(
-                    max_concurrent_trials=cfg.cluster.max_concurrent_cells or None, reuse_actors=False,
-                    trial_name_creator=lambda t: label(CellSpec.from_dict(t.config["cell"])),
-                    trial_dirname_creator=lambda t: CellSpec.from_dict(t.config["cell"]).cell_id),
-                run_config=tune.RunConfig(name=f"{cfg.sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}",
-                                          storage_path=str(layout.output_dir / "tune"), verbose=0,
-                                          failure_config=tune.FailureConfig(max_failures=int(cfg.cluster.max_retries)),
-                                          callbacks=callbacks),
-            )
-            try:
-                tuner.fit()
-            except TuneError:
-                if ledger.failure is not None:  # Tune wraps a callback's exception in a traceback's text
-                    raise ledger.failure from None
-                raise
+            remaining = list(plan.to_run)
+            for round_ in range(1 + len(plan.to_run)):  # a lost round ends or requeues at least one cell
+                tuner = tune.Tuner(
+                    trainable,
+                    param_space={"cell": tune.grid_search([c.to_dict() for c in remaining]),
+                                 "layout": layout.to_dict(), "opts": opts},
+                    tune_config=tune.TuneConfig(
+                        max_concurrent_trials=cfg.cluster.max_concurrent_cells or None, reuse_actors=False,
+                        trial_name_creator=lambda t: label(CellSpec.from_dict(t.config["cell"])),
+                        trial_dirname_creator=lambda t: CellSpec.from_dict(t.config["cell"]).cell_id),
+                    run_config=tune.RunConfig(
+                        name=f"{cfg.sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}" + (f"-{round_}" if round_ else ""),
+                        storage_path=str(layout.output_dir / "tune"), verbose=0,
+                        failure_config=tune.FailureConfig(max_failures=int(cfg.cluster.max_retries)),
+                        callbacks=callbacks),
+                )
+                try:
+                    tuner.fit()
+                    break
+                except (TuneError, RuntimeError) as e:
+                    if ledger.failure is not None:  # Tune wraps a callback's exception in a traceback's text
+                        raise ledger.failure from None
+                    # Tune's controller itself died (e.g. its actor manager meets an error kind it does not know,
+                    # as Ray's OutOfMemoryError for a worker the memory monitor killed): the sweep goes on
+                    remaining = recover_lost_round(ledger, remaining, int(cfg.cluster.max_retries), e, out)
+                    if not remaining:
+                        break
     finally:
         if local:
             ray.shutdown()

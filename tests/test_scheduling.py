@@ -224,6 +224,33 @@ def test_a_bug_in_a2rl_ends_the_cell_once_with_its_traceback_and_the_summary_say
     assert "retrying" not in text
 
 
+def test_the_sweep_survives_its_trial_controller_dying(run_sweep, monkeypatch):
+    """When Ray's memory monitor kills a trial's worker, Tune's actor manager meets an OutOfMemoryError it does not
+    know and raises "Caught unexpected exception" out of its controller's step: Tune's controller dies (seen with a
+    memory bomb, which left both cells `running`). That one fault is injected where Tune raises it, in the
+    controller's step (a Tune callback), since Ray's memory monitor cannot be aimed at one worker here; the rest is
+    real: no cell is left running, the cut-off cell runs again, and the sweep finishes."""
+    from orchestrator import callbacks
+    from orchestrator.cell_report import CellReport
+
+    original, fired = callbacks.LedgerCallback.on_trial_result, []
+
+    def dies_once(self, iteration, trials, trial, result, **info):
+        original(self, iteration, trials, trial, result, **info)
+        if not fired and CellReport.from_metrics(result).started_at is not None:
+            fired.append(trial)
+            raise RuntimeError("Caught unexpected exception: Task was killed due to the node running low on memory")
+
+    monkeypatch.setattr(callbacks.LedgerCallback, "on_trial_result", dies_once)
+    _, text, out = run_sweep(SMOKE + ["cluster.max_retries=1"])
+    rows = ledger_of(out).cells().values()
+    assert fired and "trial controller died" in text and "retrying" in text, text
+    assert sorted(r["status"] for r in rows) == ["budget_exhausted", "completed"], [dict(r) for r in rows]
+    assert max(r["attempts"] for r in rows) == 2
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "working until the budget ends" in
+                " ".join(p.info["cmdline"] or [])]
+
+
 def test_reservations_that_can_never_fit_are_refused_before_anything_waits(run_sweep):
     """The session cluster has 4 CPUs and 1 emulated GPU. Ray would queue these for ever, in silence."""
     from contracts.specs import ConfigError
