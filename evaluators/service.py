@@ -160,6 +160,9 @@ class Evaluator:
             return {"refusal": e}
         out: dict = {"score": None, "eval_s": 0.0, "metrics": None, "flags": [], "error": None, "digest": None,
                      "judge_usage": None, "refunded": False}
+        # the scan runs beside the evaluation (pure Python beside torch): it adds little to the replica's time
+        scanning = None if workspace is None else asyncio.ensure_future(
+            asyncio.to_thread(self.hidden.survey, Path(workspace)))
         try:
             out["digest"] = await asyncio.to_thread(self.backend.weights_digest, loaded)
             if digest is not None and out["digest"] != digest:
@@ -167,20 +170,20 @@ class Evaluator:
                                  f"expected {digest[:12]})")
             if out["digest"] == self.base_digest or await asyncio.to_thread(self._near_copy, loaded):
                 out["flags"].append("copy_of_base")
-            if workspace is not None:
-                survey = await asyncio.to_thread(self.hidden.survey, Path(workspace))
-                if survey.matches:
-                    out["flags"].append("contamination")
-                    out["contamination"] = survey.matches
-                if survey.truncated:  # bounded work: what was not read is said, in the record
-                    out["contamination_scan"] = {"truncated": survey.truncated, "files": survey.files,
-                                                 "bytes": survey.bytes}
             key = await asyncio.to_thread(score_key, Path(model_dir), out["digest"])
             result, out["judge_usage"], _ = await self._judged(loaded, key, cell_id,
                                                                Path(records_dir) / JUDGE_CALLS, split)
             out.update(score=result["score"], eval_s=result["eval_s"], metrics=result.get("metrics"))
             if result["cached"]:
                 out["flags"].append("cached")
+            if scanning is not None:
+                survey = await scanning
+                if survey.matches:
+                    out["flags"].append("contamination")
+                    out["contamination"] = survey.matches
+                if survey.truncated:  # bounded work: what was not read is said, in the record
+                    out["contamination_scan"] = {"truncated": survey.truncated, "files": survey.files,
+                                                 "bytes": survey.bytes}
         except JudgeUnavailable as e:  # the judge's outage, not the model's fault: no score, and no charge
             log.warning("judge unavailable for %s: %s", cell_id, e)
             out.update(error=f"judge unavailable: {e}", refunded=True)
@@ -190,6 +193,8 @@ class Evaluator:
             out.update(error=f"evaluation failed: {type(e).__name__}: {e}", digest=None)
             out["flags"].append("eval_failed")
         finally:
+            if scanning is not None and not scanning.done():
+                await asyncio.wait([scanning])  # (its error, if any, is the evaluation's already)
             await asyncio.to_thread(self.backend.unload, loaded)
         return out
 

@@ -14,6 +14,8 @@ import struct
 import time
 from pathlib import Path
 
+import httpx
+
 from contracts.refusals import Refusal
 from evaluators.submissions import CopyLimits, private_copy
 from tests.test_grading import Run, grader  # noqa: F401  (the same grader the other grading tests use)
@@ -185,35 +187,82 @@ def test_a_link_swapped_in_while_the_grader_reads_is_never_followed(grader, tmp_
     assert set(answers) <= {200, 400, 422}, answers
 
 
-def test_clutter_in_the_workspace_is_bounded_work(grader, tmp_path):  # noqa: F811
+def test_clutter_in_the_workspace_is_bounded_work_and_does_not_slow_another_cell(grader, tmp_path):  # noqa: F811
     """100,000 small files and an 8 GiB sparse file in code/: the snapshot and the scan stop at their limits and
-    say so; the submission is answered."""
-    run = Run(grader, tmp_path)
+    say so. A victim cell submits and polls /status beside an agent that submits without a pause, first with a tidy
+    workspace, then cluttered: the victim's latencies are printed side by side (measured, not asserted: they depend
+    on the machine)."""
+    import statistics
+    import threading
+
+    from contracts.code_snapshots import _git
+
+    victim = Run(grader, tmp_path / "victim", max_submissions=100)
+    victim_path = victim.copy_base()
+    run = Run(grader, tmp_path / "clutterer", max_submissions=100)
     path = run.copy_base()
-    (run.workspace / path / "note.txt").write_text("a score key of its own")  # evaluated, not cached
+
+    def submit(who: Run, folder: str) -> httpx.Response:
+        (who.workspace / folder / "note.txt").write_text(os.urandom(8).hex())  # a new score key: evaluated
+        return who.submit(folder, timeout=600)
+
+    def victim_round(n: int = 4) -> tuple[list[float], list[float]]:
+        """n victim submissions with /status polled all the while: their latencies, beside the other agent
+        submitting without a pause."""
+        subs, polls, done = [], [], threading.Event()
+
+        def poll():
+            while not done.is_set():
+                started = time.monotonic()
+                assert victim.status().status_code == 200
+                polls.append(time.monotonic() - started)
+                time.sleep(0.02)
+
+        def other():
+            while not done.is_set():
+                submit(run, path)
+
+        threads = [threading.Thread(target=poll), threading.Thread(target=other)]
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(n):
+                started = time.monotonic()
+                assert submit(victim, victim_path).status_code == 200
+                subs.append(time.monotonic() - started)
+        finally:
+            done.set()
+            for t in threads:
+                t.join()
+        return subs, polls
+
+    def p99(xs: list[float]) -> float:
+        return sorted(xs)[max(0, int(len(xs) * 0.99) - 1)]
+
     started = time.monotonic()
-    plain = run.submit(path, timeout=300)
-    plain_s = time.monotonic() - started
-    assert plain.status_code == 200
+    assert submit(run, path).status_code == 200
+    tidy_s = time.monotonic() - started
+    tidy_subs, tidy_polls = victim_round()
+
     clutter = run.workspace / "code" / "clutter"
-    clutter.mkdir()
     for i in range(100):
-        sub = clutter / f"d{i}"
-        sub.mkdir()
+        (clutter / f"d{i}").mkdir(parents=True)
         for j in range(1000):
-            (sub / f"f{j}.txt").write_text(f"note {i} {j}\n")
+            (clutter / f"d{i}" / f"f{j}.txt").write_text(f"note {i} {j}\n")
     with open(run.workspace / "code" / "sparse.bin", "wb") as f:
         f.truncate(8 << 30)
-    (run.workspace / path / "note.txt").write_text("another score key")  # evaluated again, not cached
     started = time.monotonic()
-    r = run.submit(path, timeout=600)
-    took = time.monotonic() - started
-    print(f"clutter: submission answered in {took:.1f} s (its evaluation {r.json()['eval_s']:.1f} s); the same "
-          f"without clutter {plain_s:.1f} s")
+    r = submit(run, path)
+    cluttered_s = time.monotonic() - started
     assert r.status_code == 200, r.text
     record = run.recorded()[-1]
     assert record["contamination_scan"]["truncated"].startswith("scan truncated"), record
-    from contracts.code_snapshots import _git
-
     message = _git(["log", "-1", "--format=%B", record["code_commit"]], run.records.parent / "code.git")
     assert "Snapshot truncated" in message, message
+    subs, polls = victim_round()
+
+    ratio = statistics.median(subs) / statistics.median(tidy_subs)
+    print(f"clutter: a submission answered in {cluttered_s:.1f} s cluttered, {tidy_s:.1f} s tidy. Victim beside "
+          f"an agent submitting without a pause: submission median {statistics.median(tidy_subs):.2f} s (tidy) vs "
+          f"{statistics.median(subs):.2f} s (cluttered), x{ratio:.2f}; /status p99 {p99(tidy_polls) * 1000:.0f} ms "
+          f"vs {p99(polls) * 1000:.0f} ms ({len(tidy_polls)}, {len(polls)} polls)")
