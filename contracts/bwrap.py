@@ -57,6 +57,8 @@ def bwrap_argv(workspace: Path | None, hidden: Sequence[Path], readonly: Sequenc
         argv += ["--unshare-net"]
     for device in devices:  # the GPUs of the reservation
         argv += ["--dev-bind", str(device), str(device)]
+    if as_root:  # the command runs as another uid: what it is given must be reachable by that uid
+        hidden = [*hidden, *closed_parents(readonly, hidden)]
     hidden = sorted({p.resolve() for p in hidden if p.exists()}, key=_depth)
     # Only bind back what a hidden path would otherwise cover.
     readonly = sorted({p.resolve() for p in readonly if p.exists() and any(_covers(h, p.resolve()) for h in hidden)},
@@ -91,6 +93,28 @@ def bwrap_argv(workspace: Path | None, hidden: Sequence[Path], readonly: Sequenc
         argv += parents(workspace)
         argv += ["--bind", str(workspace), str(workspace), "--chdir", str(workspace)]
     return argv
+
+
+def closed_parents(readonly: Sequence[Path], hidden: Sequence[Path]) -> list[Path]:
+    """Folders above a path the sandbox is given that others may not enter (no o+x: a pyenv under a 0700 /root, a
+    checkout under root's home): hidden (an empty folder), so the path is bound back through folders its uid can
+    enter. Nothing is lost to the agent: it could not enter them anyway."""
+    hidden = [h.resolve() for h in hidden if h.exists()]
+    out = []
+    for path in readonly:
+        if not path.exists():
+            continue
+        for folder in reversed(path.resolve().parents):  # shallowest first: hiding it covers those below
+            if folder == Path("/") or any(_covers(h, folder) for h in hidden + out):
+                continue
+            try:
+                closed = not os.stat(folder).st_mode & 0o001
+            except OSError:
+                continue
+            if closed:
+                out.append(folder)
+                break
+    return out
 
 
 def setpriv_argv(uid: int, gid: int) -> list[str]:

@@ -355,3 +355,35 @@ def test_the_agent_gets_sigterm_and_its_grace_before_the_sandbox_dies(tmp_path):
     proc.kill_group(grace_s=10)
     proc.close()
     assert (workspace / "term.txt").read_text() == "saved", (tmp_path / "err").read_text()
+
+
+def test_an_interpreter_under_a_folder_closed_to_the_agent_still_runs(tmp_path):
+    """A virtualenv under a 0700 folder (a pyenv under /root while HOME points elsewhere): the agent's uid cannot
+    enter it, so the sandbox hides that folder and binds the environment back through folders it can enter. Before,
+    every cell ended agent_error in 0.8 s with PermissionError on the interpreter."""
+    import subprocess
+    import venv
+
+    from contracts.bwrap import bwrap_argv, setpriv_argv
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the command as another uid")
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    os.chmod(closed, 0o700)
+    env_dir = closed / "venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 65534, 65534)
+    argv = bwrap_argv(workspace, [], [env_dir], as_root=True) + setpriv_argv(65534, 65534) + \
+        [str(env_dir / "bin" / "python"), "-c", "import sys; print('RAN', sys.prefix)"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and f"RAN {env_dir}" in done.stdout, done.stdout + done.stderr
+    # Without the hiding (the closed folder left as it is) the environment is not the agent's: its pyvenv.cfg and
+    # packages cannot be read (the interpreter starts as the bare base one, or fails with PermissionError)
+    blocked = subprocess.run([*argv[:1], "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind",
+                              str(workspace), str(workspace), "--chdir", str(workspace), *setpriv_argv(65534, 65534),
+                              str(env_dir / "bin" / "python"), "-c", "import sys; print('RAN', sys.prefix)"],
+                             capture_output=True, text=True, timeout=60)
+    assert f"RAN {env_dir}" not in blocked.stdout, blocked.stdout
