@@ -256,19 +256,16 @@ def test_a2rl_as_an_ordinary_user_sandboxes_in_a_user_namespace(tmp_path):
         (root / "secret").mkdir()
         (root / "secret" / "answers.txt").write_text("HIDDEN")
         os.chown(root / "ws", 65534, 65534)
-        script = textwrap.dedent(f"""
-            import subprocess, sys
-            from pathlib import Path
-            sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
-            from orchestrator import sandbox
-            argv = sandbox.bwrap_argv(Path({str(root / 'ws')!r}), [Path({str(root / 'secret')!r})], [],
-                                      network="isolated")
-            probe = ("grep CapEff /proc/self/status; unshare -U true 2>/dev/null && echo NESTED || echo NO_NESTED; "
-                     "cat {root / 'secret' / 'answers.txt'} 2>/dev/null || echo SECRET_HIDDEN; "
-                     "touch made && echo WS_OK")
-            sys.stdout.write(subprocess.run(argv + ["--", "/bin/sh", "-c", probe], capture_output=True,
-                                            text=True).stdout)
-        """)
+        # The command line a2rl builds when it is not root (as_root=False: bwrap makes the user namespace); built
+        # here and run by `nobody`, which needs nothing of the project (its checkout may sit under a 0700 home)
+        from orchestrator import sandbox
+
+        argv = sandbox.bwrap_argv(root / "ws", [root / "secret"], [], network="isolated", as_root=False)
+        probe = ("grep CapEff /proc/self/status; unshare -U true 2>/dev/null && echo NESTED || echo NO_NESTED; "
+                 f"cat {root / 'secret' / 'answers.txt'} 2>/dev/null || echo SECRET_HIDDEN; touch made && echo WS_OK")
+        command = argv + ["--", "/bin/sh", "-c", probe]
+        script = f"import subprocess, sys; sys.stdout.write(subprocess.run({command!r}, capture_output=True, " \
+                 "text=True).stdout)"
         done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", script],
                               capture_output=True, text=True, timeout=60, cwd=root)
         text = done.stdout
