@@ -328,9 +328,10 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
     if plan.to_run:
         ledger.set_pending([c.cell_id for c in plan.to_run])
         run_trials(cfg, layout, ledger, plan, sandboxed, emulated, out)
-    from orchestrator.summary import print_summary
+    from orchestrator.summary import print_a2rl_bugs, print_summary
 
     print_summary(ledger, [c.cell_id for c in cells], out)
+    print_a2rl_bugs(ledger, [c.cell_id for c in cells], out)
     ledger.close()
     return plan
 

@@ -73,13 +73,17 @@ def print_summary(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> list[d
         print(f"{r['task']:<{w['task']}}{r['agent']:<{w['agent']}}{r['driver']:<{w['driver']}}{r['cells']:>6}  "
               f"{_f(r['baseline']):>8}  {held:<26}{_f(r['best_mean']):>7}  {imp:<26}{_f(r['gap_mean'], True):>7}  "
               f"{flags}", file=out)
+    return rows
+
+
+def print_a2rl_bugs(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> None:
+    """After the table: the cells that ended on a bug in a2rl itself, and where each traceback is."""
     bugs = a2rl_bugs(ledger, cell_ids)
     if bugs:
         print(f"\n{len(bugs)} cell(s) ended on a bug in a2rl itself (infra_error, not retried; please report it with "
               "the traceback):", file=out)
         for cell_id, where in bugs:
             print(f"  {cell_id}: traceback in {where}", file=out)
-    return rows
 
 
 def a2rl_bugs(ledger: Ledger, cell_ids: list[str]) -> list[tuple[str, str]]:
