@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from contracts import registry
+from contracts.decoding import Decoding, Prompt
 from contracts.environment import Demonstration, Environment
 from contracts.layout import default_cache_dir
 from contracts.specs import ConfigError
@@ -23,10 +24,14 @@ class Task:
     """Base class. Subclasses fill in the splits, the instructions and the scorer; the chat is one user message."""
 
     interactive = False  # an interactive task is an InteractiveTask: its items are episodes in an environment
+    # How the task can be graded (its config's `protocol:`): `a2rl`, a2rl's own; `paper`, exactly as the original
+    # benchmark grades it (prompt, decoding, reply handling, scoring, metric), for tasks that have one.
+    protocols: tuple[str, ...] = ("a2rl",)
 
     def __init__(self, spec: TaskSpec):
         self.spec = spec
         self.name = spec.name
+        self.protocol = spec.protocol
         self.cache_dir: Path = default_cache_dir()  # where a task keeps what it builds (build_task may say otherwise)
 
     @property
@@ -63,8 +68,13 @@ class Task:
         """Markdown for the agent: the task, the data format, the grader's prompt format, the answer format."""
         raise NotImplementedError
 
-    def messages(self, row: dict) -> list[dict]:
-        """The chat the grader feeds the model (rendered with the model's own chat template)."""
+    def decoding(self) -> Decoding:
+        """How the grader decodes this task's prompts under its protocol (the same on every backend)."""
+        return Decoding(max_new_tokens=self.grader.max_new_tokens)
+
+    def messages(self, row: dict) -> Prompt:
+        """The prompt the grader feeds the model: a chat (rendered with the model's own chat template), or raw text
+        where decoding() says chat_template=False."""
         return [{"role": "user", "content": row["prompt"]}]
 
     def score(self, completion: str, row: dict) -> float:
@@ -210,6 +220,9 @@ def build_task(spec: TaskSpec, cache_dir: str | Path | None = None, cls: type[Ta
     ConfigError naming the task and the arguments it takes. `cls`: the class itself, for a process whose registry
     does not know the name (a Serve replica gets the class from the process that deployed it)."""
     cls = cls or task_class(spec.cls)
+    if spec.protocol not in cls.protocols:
+        raise ConfigError(f"task {spec.name}: protocol={spec.protocol!r} is not one {spec.cls} grades by; it has "
+                          f"{list(cls.protocols)}")
     if cls.interactive != (spec.level == 3):
         raise ConfigError(f"task {spec.name}: level={spec.level}, but {spec.cls} is "
                           f"{'an interactive task (level 3)' if cls.interactive else 'not interactive (level 1 or 2)'}")

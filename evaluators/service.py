@@ -108,7 +108,6 @@ class Evaluator:
         self.task = build_task(spec, cache_dir, task_cls)
         # the feedback split (what /submit answers with) and the held-out final split (scored once per run)
         self.rows = {"eval": self.task.eval_rows(), "final": self.task.final_rows()}
-        self.max_new_tokens = spec.grader.max_new_tokens
         self.backend = make_backend(spec.grader)
         root = Path(cache_dir) / "grading" / spec.name / split_key(spec.config)
         self.scores = {"eval": ScoreCache(root), "final": ScoreCache(root / "final")}
@@ -226,7 +225,7 @@ class Evaluator:
         from evaluators.evaluate import evaluate_loaded
 
         started = time.time()
-        result = evaluate_loaded(self.task, self.backend, loaded, self.rows[split], self.max_new_tokens, judge)
+        result = evaluate_loaded(self.task, self.backend, loaded, self.rows[split], judge=judge)
         entry = {"score": result["score"], "n": result["n"], "eval_s": time.time() - started}
         if result.get("metrics"):
             entry["metrics"] = result["metrics"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from contracts.decoding import Decoding
 from contracts.specs import ConfigError, task_identity, to_plain
 from contracts.task import build_task
 from contracts.task_spec import TaskSpec
@@ -118,7 +119,7 @@ def test_same_replies_as_transformers_reload_in_place_and_a_fresh_engine_otherwi
     def transformers_replies(path: Path) -> list[str]:
         loaded = reference.load(path)
         try:
-            return reference.generate(loaded, chats, 16)
+            return reference.generate(loaded, chats, Decoding(max_new_tokens=16))
         finally:
             reference.unload(loaded)
 
@@ -128,7 +129,7 @@ def test_same_replies_as_transformers_reload_in_place_and_a_fresh_engine_otherwi
         for name, path in [("base", base), ("moved", moved), ("other", other)]:
             loaded = backend.load(path)
             try:
-                replies[name] = backend.generate(loaded, chats, 16)
+                replies[name] = backend.generate(loaded, chats, Decoding(max_new_tokens=16))
                 pids[name] = backend.engine.pid
                 assert group_alive(pids[name], wait_s=0)
             finally:
