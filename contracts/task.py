@@ -155,14 +155,16 @@ class InteractiveTask(Task):
         return result
 
     def expert_rows(self, demonstrations: Iterable[Demonstration]) -> list[dict]:
-        """SFT rows from an expert's steps: `messages`, the chat the grader sends in that state, and `completion`
-        (= `answer`), the expert's action; `prompt` is the chat's last message alone."""
+        """SFT rows from an expert's steps: `messages`, the prompt the grader sends in that state (a chat, or raw
+        text under a raw-text protocol), and `completion` (= `answer`), the expert's action; `prompt` is the chat's
+        last message alone (the raw text itself)."""
         env = self.environment()
         rows = []
         for d in demonstrations:
             messages = env.render(d.goal, d.step, d.history)
+            prompt = messages if isinstance(messages, str) else messages[-1]["content"]
             rows.append({"id": f"{self.name}-train-{d.instance}-{d.episode}-{d.index}",
-                         "prompt": messages[-1]["content"], "completion": d.action, "answer": d.action,
+                         "prompt": prompt, "completion": d.action, "answer": d.action,
                          "messages": messages, "game": d.instance, "task": d.goal, **d.info, "step": d.index,
                          "episode": d.episode, "expert": d.expert})
         return rows
