@@ -141,8 +141,9 @@ class InteractiveTask(Task):
                 for i, inst in enumerate(instances)]
 
     def messages(self, row: dict) -> list[dict]:
-        """A train row's chat as the grader sends it at that step (the environment rendered it into the row)."""
-        return [dict(m) for m in row["messages"]]
+        """A train row's prompt as the grader sends it at that step (the environment rendered it into the row)."""
+        prompt = row["messages"]
+        return prompt if isinstance(prompt, str) else [dict(m) for m in prompt]
 
     def score(self, completion: str, row: dict) -> float:
         """One step's reply against the expert's action (not the grade: the grader plays whole episodes)."""
