@@ -140,7 +140,7 @@ class InteractiveTask(Task):
         return [{"id": f"{self.name}-final-{i}", "instance": inst.name, "split": "final", **inst.info}
                 for i, inst in enumerate(instances)]
 
-    def messages(self, row: dict) -> list[dict]:
+    def messages(self, row: dict) -> Prompt:
         """A train row's prompt as the grader sends it at that step (the environment rendered it into the row)."""
         prompt = row["messages"]
         return prompt if isinstance(prompt, str) else [dict(m) for m in prompt]
