@@ -183,6 +183,7 @@ class Evaluator:
             result, out["judge_usage"], _ = await self._judged(loaded, key, cell_id,
                                                                Path(records_dir) / JUDGE_CALLS, split)
             out.update(score=result["score"], eval_s=result["eval_s"], metrics=result.get("metrics"))
+            out["flags"] += result.get("flags", [])
             if result["cached"]:
                 out["flags"].append("cached")
         except JudgeUnavailable as e:  # the judge's outage, not the model's fault: no score, and no charge
@@ -229,6 +230,8 @@ class Evaluator:
         entry = {"score": result["score"], "n": result["n"], "eval_s": time.time() - started}
         if result.get("metrics"):
             entry["metrics"] = result["metrics"]
+        if result.get("flags"):  # the task's own (e.g. gamed_tests, approximate): scored as the protocol says, told
+            entry["flags"] = list(result["flags"])
         self.scores[split].put(key, entry, details=result["items"])
         return {**entry, "cached": False}
 

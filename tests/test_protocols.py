@@ -143,3 +143,21 @@ def test_the_grader_decodes_with_the_tasks_decoding(tiny, backend, monkeypatch):
     evaluate(task, backend, tiny, rows, max_new_tokens=3)
     assert seen == [task.decoding(), Decoding(max_new_tokens=3)]
     assert task.decoding() == Decoding(max_new_tokens=task.grader.max_new_tokens)
+
+
+def test_the_sweeps_table_counts_the_flags_a_protocol_raises(tmp_path):
+    from contracts.specs import AgentSpec, Budget, CellSpec, DriverSpec
+    from orchestrator.ledger import Ledger
+    from orchestrator.summary import summary_rows
+
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    cells = [CellSpec(agent=AgentSpec(name="sft", kind="builtin"), driver=DriverSpec(name="none"),
+                      task={"name": "humaneval", "protocol": "paper"}, seed=seed, sweep="s",
+                      budget=Budget(wall_time_s=100, max_submissions=4)) for seed in (0, 1)]
+    ledger.add_cells(cells)
+    for cell, flags in zip(cells, (["gamed_tests", "cached"], ["gamed_tests", "approximate", "copy_of_base"])):
+        ledger.mark_running(cell.cell_id, 1, 0.0)
+        ledger.add_events(cell.cell_id, 1, [{"t": 1.0, "kind": "submission", "key": f"{cell.cell_id}/1/sub/1",
+                                             "payload": {"submission_id": 1, "score": 1.0, "flags": flags}}])
+    [row] = summary_rows(ledger, [c.cell_id for c in cells])
+    assert row["flags"][:3] == ["copy_of_base x1", "gamed_tests x2", "approximate x1"]
