@@ -1,6 +1,7 @@
 """Run a sweep: expand, reconcile the ledger, start Ray and the sweep's services, one Tune trial per pending cell."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -211,6 +212,38 @@ def check_writable(folders: dict[str, Path]) -> None:
 
 
 PREFLIGHT_TIMEOUT_S = 120  # a node's preflight task: the first task on a node starts a worker process
+AGENTS_IMPORT = "import torch, transformers, trl, datasets"  # what the built-in agents train with
+
+
+@functools.cache
+def _python_runs_in_a_sandbox(layout: Layout, task_json: str, sandbox_json: str, imports: str) -> str | None:
+    """None, or what went wrong running this interpreter with the agents' packages in a cell-shaped sandbox."""
+    import json
+
+    from orchestrator.cell import sandbox_paths
+
+    hidden, readonly = sandbox_paths(layout, json.loads(task_json))
+    try:
+        sandbox.preflight([sys.executable, "-c", imports], {"PATH": os.pathsep.join(
+            [os.path.dirname(sys.executable), "/usr/bin", "/bin"])}, hidden=hidden, readonly=readonly,
+            settings=sandbox.Settings.from_cfg(json.loads(sandbox_json)), cell_id="5a0d0c4ec700")
+    except sandbox.PreflightFailed as e:
+        return str(e)
+    return None
+
+
+def check_agents_python(layout: Layout, task: dict, sandbox_cfg: dict) -> None:
+    """Once per sweep (and per process), before any cell starts: the agents' interpreter and packages run in a
+    sandbox made as a cell's is, as the agents' uid. A failure (an interpreter under a folder that uid cannot
+    enter, a package it cannot read) is one config error, not a sweep of agent_errors."""
+    import json
+
+    problem = _python_runs_in_a_sandbox(layout, json.dumps(task, sort_keys=True),
+                                        json.dumps(sandbox_cfg, sort_keys=True), AGENTS_IMPORT)
+    if problem:
+        raise ConfigError(f"the agents' python ({sys.executable}) does not run in their sandbox: {problem}. Every "
+                          "folder above a2rl's environment must be enterable by other users (chmod o+x), or "
+                          "install it where they are (scripts/setup in a world-readable checkout)")
 
 
 def check_nodes_share(folders: dict[str, Path]) -> None:
@@ -319,6 +352,8 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
     sandboxed = sandbox.check_available(bool(cfg.sandbox.required))
     if not sandboxed:
         print("[a2rl] WARNING: bubblewrap missing and sandbox.required=false: agents run UNSANDBOXED", file=out)
+    elif cfg.cluster.mode == "local":  # (on a cluster each node's cells check theirs: sandbox.preflight)
+        check_agents_python(layout, cells[0].task, to_plain(cfg.sandbox))
     ledger = Ledger(layout.ledger)
     ledger.add_cells(cells)
     fixed = reconcile(ledger, layout)

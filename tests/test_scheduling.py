@@ -251,6 +251,17 @@ def test_the_sweep_survives_its_trial_controller_dying(run_sweep, monkeypatch):
                 " ".join(p.info["cmdline"] or [])]
 
 
+def test_an_agents_python_that_cannot_run_in_the_sandbox_is_one_config_error(run_sweep, monkeypatch):
+    """Checked once per sweep before any cell starts, in a sandbox made as a cell's is: here the agents' packages
+    lack one (as when a folder above them is closed to the agents' uid), and the sweep stops with one line."""
+    from contracts.specs import ConfigError
+    from orchestrator import runner
+
+    monkeypatch.setattr(runner, "AGENTS_IMPORT", "import torch, a2rl_no_such_package")
+    with pytest.raises(ConfigError, match=r"does not run in their sandbox: .*a2rl_no_such_package.*chmod o\+x"):
+        run_sweep(SMOKE)
+
+
 def test_reservations_that_can_never_fit_are_refused_before_anything_waits(run_sweep):
     """The session cluster has 4 CPUs and 1 emulated GPU. Ray would queue these for ever, in silence."""
     from contracts.specs import ConfigError
