@@ -258,7 +258,7 @@ def test_an_agents_python_that_cannot_run_in_the_sandbox_is_one_config_error(run
     from orchestrator import runner
 
     monkeypatch.setattr(runner, "AGENTS_IMPORT", "import torch, a2rl_no_such_package")
-    with pytest.raises(ConfigError, match=r"does not run in their sandbox: .*a2rl_no_such_package.*chmod o\+x"):
+    with pytest.raises(ConfigError, match=r"(?s)does not run in their sandbox: .*a2rl_no_such_package.*chmod o\+x"):
         run_sweep(SMOKE)
 
 
