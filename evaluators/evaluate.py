@@ -46,6 +46,10 @@ def evaluate_loaded(task: Task, backend: EvaluatorBackend, loaded, rows: list[di
 
     if isinstance(task, InteractiveTask):
         result = lockstep.evaluate(task.environment(), rows, generate, workers=task.eval_workers)
-        return task.judge_episodes(result, rows, judge) if judge is not None else result
+        result = task.judge_episodes(result, rows, judge) if judge is not None else result
+        notes = getattr(task, "approximations", list)()  # where the protocol is only approximately the original's
+        if notes:
+            result = {**result, "flags": [*result.get("flags", []), "approximate"], "approximations": notes}
+        return result
     items = task.score_all(rows, generate([task.messages(row) for row in rows]), judge)
     return {**task.summarize(items, rows), "n": len(items), "items": items}

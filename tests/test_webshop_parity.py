@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from envs.webshop import paper_prompt
 from envs.webshop.reward import reward, spacy_model_note
 
 FIXTURES = Path(__file__).parent / "fixtures" / "parity"
@@ -42,3 +43,48 @@ def test_rewards_equal_the_originals_get_reward_on_every_fixture_purchase(reward
     rewards = [dict(zip(fields, r)) for r in fixture["cases"]]
     assert {0.0, 0.1, 0.5, 1.0} <= {c["r_type"] for c in rewards}
     assert any(0 < c["reward"] < 1 for c in rewards) and any(c["reward"] == 1.0 for c in rewards)
+
+
+# ---------------------------------------------------------------------------------------------- prompts and replies
+
+def test_prompts_and_actions_equal_rd_agents_loop_on_scripted_episodes():
+    """Every prompt a2rl's paper protocol renders is byte-equal to the one RD-Agent's webshop_run built on the same
+    episode (fixture: its own code run on the pages a2rl's store showed), every reply becomes the same action, the
+    original's parse_action reads it alike, and the episodes end with the same rewards."""
+    from envs.webshop.catalogue import GeneratedShop
+    from envs.webshop.environment import WebShopEnvironment
+    from envs.webshop.shop import parse_action
+    from evaluators.lockstep import play
+
+    fixture = json.loads((FIXTURES / "webshop_prompts.json").read_text())
+    store = fixture["store"]
+    env = WebShopEnvironment(GeneratedShop(store["n_products"], store["n_train"], store["n_eval"], store["seed"],
+                                           store["eval_salt"]), store["max_steps"], protocol="paper")
+    by_instruction = {e["instruction"]: {**e, "next": 0, "seen": []} for e in fixture["episodes"]}
+
+    def generate(prompts):
+        replies = []
+        for chat in prompts:
+            assert [m["role"] for m in chat] == ["system", "user"] and chat[0]["content"] == fixture["system"]
+            user = chat[1]["content"]
+            episode = by_instruction[user.split("\n\nInstruction: ", 1)[1].split("\n\n", 1)[0]]
+            episode["seen"].append(user)
+            replies.append(episode["replies"][episode["next"]])
+            episode["next"] += 1
+        return replies
+
+    instances = {(i.split, i.name): i for split in ("train", "eval") for i in env.instances(split)}
+    episodes = [by_instruction[e["instruction"]] for e in fixture["episodes"]]
+    played = play(env, [instances[e["split"], e["instance"]] for e in episodes], generate)
+    n_prompts = n_equal = 0
+    for episode, result in zip(episodes, played):
+        n_prompts += len(episode["user_prompts"])
+        n_equal += sum(a == b for a, b in zip(episode["seen"], episode["user_prompts"]))
+        assert episode["seen"] == episode["user_prompts"], episode["instance"]
+        assert result["actions"] == episode["actions"]
+        assert [paper_prompt.parse(r) for r in episode["replies"]] == episode["actions"]
+        assert [[n, a.lower() if a is not None else None] for n, a in map(parse_action, episode["actions"])] == \
+            episode["parsed"]
+        assert result["reward"] == pytest.approx(episode["reward"], abs=1e-9)
+        assert result["won"] == episode["success"] and result["steps"] == episode["steps"]
+    assert n_prompts == n_equal >= 70
