@@ -88,3 +88,89 @@ def test_prompts_and_actions_equal_rd_agents_loop_on_scripted_episodes():
         assert result["reward"] == pytest.approx(episode["reward"], abs=1e-9)
         assert result["won"] == episode["success"] and result["steps"] == episode["steps"]
     assert n_prompts == n_equal >= 70
+
+
+# ---------------------------------------------------------------------------------------------- the task
+
+def test_the_paper_protocol_grades_success_rate_with_the_originals_decoding(cache_dir):
+    from contracts.decoding import Decoding
+    from contracts.task import load_task
+    from envs.webshop import expert
+    from evaluators.evaluate import evaluate_loaded
+    from tests.test_webshop import SMALL, Policy
+
+    paper = load_task({**SMALL, "name": "webshop_paper_t", "protocol": "paper"}, cache_dir)
+    own = load_task(SMALL, cache_dir)
+    assert paper.protocol == "paper" and own.protocol == "a2rl" and paper.rows_dir != own.rows_dir
+    assert paper.decoding() == Decoding(100, ("\n",), repetition_penalty=1.0, chat_template=True)
+    assert own.decoding().repetition_penalty is None
+    # train rows are the paper's prompt: the expert's steps rendered as RD-Agent's loop renders them
+    row = paper.train_rows()[1]
+    assert row["messages"][0]["content"] == paper_prompt.SYSTEM_PROMPT
+    assert row["prompt"].startswith(paper_prompt.HEADER) and row["prompt"].endswith("Action 2:")
+    assert "\nObservation 1: " in row["prompt"] and "\nInstruction: Instruction: " in row["prompt"]
+    env = paper.environment()
+    goals = {f"Instruction: {g['instruction_text']}": g for g in env.goals("eval")}
+
+    def the_expert(chat):  # replays the episode's actions (read off the prompt's history) on a session of its own
+        from envs.webshop.shop import ShopSession
+
+        user = chat  # Policy hands the user text
+        goal = goals[user.split("\n\nInstruction: ", 1)[1].split("\n\n", 1)[0]]
+        session = ShopSession(env.shop, goal)
+        for line in user.splitlines():
+            if line.startswith("Action ") and ": " in line:
+                session.step(line.split(": ", 1)[1])
+        return "Action: " + expert.expert_action(session)
+
+    rows = paper.eval_rows()
+    graded = evaluate_loaded(paper, Policy(the_expert), "scripted", rows)
+    items = graded["items"]
+    assert graded["score"] == pytest.approx(100 * sum(i["reward"] >= 0.5 for i in items) / len(items))
+    assert graded["metrics"]["mean_reward"] == pytest.approx(100 * sum(i["reward"] for i in items) / len(items))
+    assert graded["score"] == 100.0 and all(i["commands"][-1] == "click[buy now]" for i in items)
+    # the generated store stands in for WebShop's synthetic goals: the record says so, the score is approximate
+    assert "approximate" in graded["flags"] and any("generated store" in n for n in graded["approximations"])
+    own_graded = evaluate_loaded(own, Policy(lambda prompt: "click[nothing]"), "scripted", own.eval_rows())
+    assert own_graded["score"] == 0.0 and "flags" not in own_graded
+
+
+def test_the_paper_protocol_plays_webshops_synthetic_goals_with_data(tmp_path):
+    """With data_path, the paper's goals: one per option combination of each product with an instruction, shuffled
+    with seed 233, the eval split being sessions 0..n_eval-1, over the first 1,000 products of items_shuffle_1000."""
+    import itertools
+    import random
+
+    from envs.webshop.environment import WebShopEnvironment
+    from envs.webshop.real_data import UpstreamShop, synthetic_goals
+    from tests.test_webshop import write_upstream
+
+    write_upstream(tmp_path)
+    attrs = json.loads((tmp_path / "items_ins_v2_1000.json").read_text())
+    for i, a in enumerate(attrs.values()):
+        if i % 4:  # a quarter of the products carry no instruction: they give no goal
+            a.update(instruction=f"i need a product number {i}", instruction_attributes=a["attributes"][:1])
+    (tmp_path / "items_ins_v2_1000.json").write_text(json.dumps(attrs))
+    env = WebShopEnvironment(UpstreamShop(str(tmp_path), n_train=5, n_eval=10, paper=True), 20, protocol="paper")
+    products = env.shop.products
+    with_instruction = [p for p in products.values() if p.get("instruction_text")]
+    n_goals = sum(len(list(itertools.product(*p["options"].values()))) for p in with_instruction)
+    evals = env.goals("eval")
+    assert len(evals) == 10 and [g["session"] for g in evals] == list(range(10))
+    everything = [g for split in ("eval", "train") for g in env.goals(split)]
+    assert len({g["instruction_text"] for g in everything}) == len(everything) <= n_goals
+    goal = evals[0]
+    product = products[goal["asin"]]
+    assert goal["instruction_text"].startswith(product["instruction_text"] + " with ")
+    assert list(goal["goal_options"]) == sorted(product["options"]) and goal["name"] == product["Title"]
+    # the order is the original's: its unshuffled list (products in file order, option combinations in
+    # itertools.product order over the sorted option names) shuffled by random.seed(233); random.shuffle
+    unshuffled = [(p["asin"], dict(zip(sorted(p["options"]), combo))) for p in with_instruction
+                  for combo in itertools.product(*(p["options"][n] for n in sorted(p["options"])))]
+    random.seed(233)
+    random.shuffle(unshuffled)
+    assert [(g["asin"], g["goal_options"]) for g in synthetic_goals(list(products.values()))] == unshuffled
+    assert [(g["asin"], g["goal_options"]) for g in evals] == unshuffled[:10]
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(FileNotFoundError, match="items_shuffle_1000.json"):
+        WebShopEnvironment(UpstreamShop(str(tmp_path / "nothing"), 5, 10, paper=True), 20).build()
