@@ -173,11 +173,64 @@ class WebShopTask(InteractiveTask):
 
 
     # -- the agent's view ---------------------------------------------------------------------------------------
+    def _grading_text(self) -> str:
+        final = f" (a held-out final split has {self.n_final} more)" if self.n_final else ""
+        head = f"The hidden eval split has {self.n_eval} other instructions, for other products of the same catalogue"
+        if self.protocol == "paper":
+            return f"""{head}{final}. The grader plays them as the original benchmark's evaluator (RD-Agent's WebShop
+eval.py) does: for each, it opens the search page and, every step, renders a system message and a user message with
+the submitted model's own chat template (`apply_chat_template(..., add_generation_prompt=True)`) and decodes
+greedily, at most {paper_prompt.MAX_NEW_TOKENS} new tokens, stopping at the first newline, repetition penalty 1.0:
+
+    system:    {paper_prompt.SYSTEM_PROMPT}
+    user:      {paper_prompt.HEADER}
+
+               Instruction: Instruction: <the instruction>
+
+               Available actions:
+                 search[<your query>]         (on the search page)
+                 click[<clickable>]           (each of the page's, e.g. click[buy now], click[b0abc12345])
+
+               Rules: ... (four lines)
+
+               Now it's your turn:
+
+               Observation k: <the page after action k>   (the last {paper_prompt.HISTORY_WINDOW} steps)
+               Action k: <action k>
+
+               Observation n+1: <the current page>
+               Action n+1:
+
+The reply is stripped, a leading `Action:` dropped, `choose[` read as `click[`, and the page reads the rest as
+`name[argument]` (argument lower-cased); anything else does nothing. The train rows' `messages` are exactly these
+prompts. All eval episodes are played in lockstep, in batches."""
+        return f"""{head}{final}. For each, the grader opens the search page and, every step, renders this chat
+with the submitted model's own chat template (`apply_chat_template(..., add_generation_prompt=True)`) and decodes
+greedily, at most {self.grader.max_new_tokens} new tokens, stopping at the eos token:
+
+    system:    {prompt.SYSTEM_PROMPT}
+    user:      Instruction: <the instruction>
+               Previous actions: <a1>; <a2>; ... (the last {prompt.MAX_HISTORY}, or "none")
+               Observation: <the page's text, parts separated by " [SEP] ">
+               Available actions:
+               <one per line: search[<query>] on the search page, click[...] for each button>
+               Reply with the next action.
+
+The reply's first non-empty line is the action ("Action:" prefixes, quotes, a trailing period and the case of a
+click are forgiven; `choose[...]` means `click[...]`). All eval episodes are played in lockstep, in batches."""
+
     def instructions(self) -> str:
         rows = self._train
+        if self.protocol == "paper":
+            score_text = (f"The score of a submission is **the success rate**: 100 x the share of the hidden eval "
+                          f"instructions whose purchase earns {SUCCESS} or more (0 for an episode that buys nothing); "
+                          "the mean final reward (x100) is reported beside it.")
+        else:
+            score_text = ("The score of a submission is **100 x the mean final reward** over the hidden eval "
+                          "instructions (0 for an episode that buys nothing); the success rate (reward >= "
+                          f"{SUCCESS}, x100) is reported beside it.")
         example = rows[min(1, len(rows) - 1)]
         limit, idle = self.rollout.max_sessions_per_run, self.rollout.idle_timeout_s
-        final = f" (a held-out final split has {self.n_final} more)" if self.n_final else ""
         default = "WebShop: find and buy the product an instruction asks for in a web store."
         return f"""{self.description.strip() or default}
 
@@ -200,8 +253,7 @@ page and the actions available on it, and replies with one action. An episode en
 
 Buying gives WebShop's reward in [0, 1]: the share of the instruction's attributes the product has, of its options
 that were chosen, and whether the price is under the bound, times a type factor (0 when the product is of another
-kind). The score of a submission is **100 x the mean final reward** over the hidden eval instructions (0 for an
-episode that buys nothing); the success rate (reward >= {SUCCESS}, x100) is reported beside it.
+kind). {score_text}
 
 ## Data
 
@@ -222,21 +274,7 @@ Example:
 
 ## How the grader plays and scores
 
-The hidden eval split has {self.n_eval} other instructions, for other products of the same catalogue{final}. For
-each, the grader opens the search page and, every step, renders this chat with the submitted model's own chat
-template (`apply_chat_template(..., add_generation_prompt=True)`) and decodes greedily, at most
-{self.grader.max_new_tokens} new tokens, stopping at the eos token:
-
-    system:    {prompt.SYSTEM_PROMPT}
-    user:      Instruction: <the instruction>
-               Previous actions: <a1>; <a2>; ... (the last {prompt.MAX_HISTORY}, or "none")
-               Observation: <the page's text, parts separated by " [SEP] ">
-               Available actions:
-               <one per line: search[<query>] on the search page, click[...] for each button>
-               Reply with the next action.
-
-The reply's first non-empty line is the action ("Action:" prefixes, quotes, a trailing period and the case of a
-click are forgiven; `choose[...]` means `click[...]`). All eval episodes are played in lockstep, in batches.
+{self._grading_text()}
 
 ## Rollout service (train instructions only)
 
