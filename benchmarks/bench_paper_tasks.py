@@ -49,7 +49,7 @@ def submission(task, model_dir: Path) -> dict:
     t0 = time.perf_counter()
     loaded = backend.load(model_dir)
     t1 = time.perf_counter()
-    replies = backend.generate(loaded, [task.messages(r) for r in rows], task.grader.max_new_tokens)
+    replies = backend.generate(loaded, [task.messages(r) for r in rows], task.decoding())
     t2 = time.perf_counter()
     scores = [item["score"] for item in task.score_all(rows, replies)]
     t3 = time.perf_counter()

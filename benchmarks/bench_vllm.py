@@ -46,7 +46,9 @@ def submission(backend, path: Path, chats: list, max_new_tokens: int) -> dict:
     t1 = time.perf_counter()
     backend.weights_digest(loaded)
     t2 = time.perf_counter()
-    replies = backend.generate(loaded, chats, max_new_tokens)
+    from contracts.decoding import Decoding
+
+    replies = backend.generate(loaded, chats, Decoding(max_new_tokens=max_new_tokens))
     t3 = time.perf_counter()
     backend.unload(loaded)
     return {"load": t1 - t0, "digest": t2 - t1, "generate": t3 - t2, "total": time.perf_counter() - t0,

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from contracts.decoding import Prompt
+
 
 @dataclass(frozen=True)
 class Instance:
@@ -81,8 +83,9 @@ class Environment(ABC):
     def open(self, instance: Instance) -> Episode:
         """A new episode on the instance (not yet reset)."""
 
-    def render(self, goal: str, step: Step, history: Sequence[str]) -> list[dict]:
-        """The chat a model answers at this step; `history`: the actions taken so far in the episode."""
+    def render(self, goal: str, step: Step, history: Sequence[str]) -> Prompt:
+        """The prompt a model answers at this step (a chat, or raw text under a protocol that decodes raw text);
+        `history`: the actions taken so far in the episode."""
         return self.prompt.render(goal, step.observation, list(step.actions or ()), list(history))
 
     def parse(self, reply: str, step: Step) -> str:

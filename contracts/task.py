@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from contracts import registry
+from contracts.decoding import Decoding, Prompt
 from contracts.environment import Demonstration, Environment
 from contracts.layout import default_cache_dir
 from contracts.specs import ConfigError
@@ -23,10 +24,14 @@ class Task:
     """Base class. Subclasses fill in the splits, the instructions and the scorer; the chat is one user message."""
 
     interactive = False  # an interactive task is an InteractiveTask: its items are episodes in an environment
+    # How the task can be graded (its config's `protocol:`): `a2rl`, a2rl's own; `paper`, exactly as the original
+    # benchmark grades it (prompt, decoding, reply handling, scoring, metric), for tasks that have one.
+    protocols: tuple[str, ...] = ("a2rl",)
 
     def __init__(self, spec: TaskSpec):
         self.spec = spec
         self.name = spec.name
+        self.protocol = spec.protocol
         self.cache_dir: Path = default_cache_dir()  # where a task keeps what it builds (build_task may say otherwise)
 
     @property
@@ -63,8 +68,13 @@ class Task:
         """Markdown for the agent: the task, the data format, the grader's prompt format, the answer format."""
         raise NotImplementedError
 
-    def messages(self, row: dict) -> list[dict]:
-        """The chat the grader feeds the model (rendered with the model's own chat template)."""
+    def decoding(self) -> Decoding:
+        """How the grader decodes this task's prompts under its protocol (the same on every backend)."""
+        return Decoding(max_new_tokens=self.grader.max_new_tokens)
+
+    def messages(self, row: dict) -> Prompt:
+        """The prompt the grader feeds the model: a chat (rendered with the model's own chat template), or raw text
+        where decoding() says chat_template=False."""
         return [{"role": "user", "content": row["prompt"]}]
 
     def score(self, completion: str, row: dict) -> float:
@@ -130,9 +140,10 @@ class InteractiveTask(Task):
         return [{"id": f"{self.name}-final-{i}", "instance": inst.name, "split": "final", **inst.info}
                 for i, inst in enumerate(instances)]
 
-    def messages(self, row: dict) -> list[dict]:
-        """A train row's chat as the grader sends it at that step (the environment rendered it into the row)."""
-        return [dict(m) for m in row["messages"]]
+    def messages(self, row: dict) -> Prompt:
+        """A train row's prompt as the grader sends it at that step (the environment rendered it into the row)."""
+        prompt = row["messages"]
+        return prompt if isinstance(prompt, str) else [dict(m) for m in prompt]
 
     def score(self, completion: str, row: dict) -> float:
         """One step's reply against the expert's action (not the grade: the grader plays whole episodes)."""
@@ -145,14 +156,16 @@ class InteractiveTask(Task):
         return result
 
     def expert_rows(self, demonstrations: Iterable[Demonstration]) -> list[dict]:
-        """SFT rows from an expert's steps: `messages`, the chat the grader sends in that state, and `completion`
-        (= `answer`), the expert's action; `prompt` is the chat's last message alone."""
+        """SFT rows from an expert's steps: `messages`, the prompt the grader sends in that state (a chat, or raw
+        text under a raw-text protocol), and `completion` (= `answer`), the expert's action; `prompt` is the chat's
+        last message alone (the raw text itself)."""
         env = self.environment()
         rows = []
         for d in demonstrations:
             messages = env.render(d.goal, d.step, d.history)
+            prompt = messages if isinstance(messages, str) else messages[-1]["content"]
             rows.append({"id": f"{self.name}-train-{d.instance}-{d.episode}-{d.index}",
-                         "prompt": messages[-1]["content"], "completion": d.action, "answer": d.action,
+                         "prompt": prompt, "completion": d.action, "answer": d.action,
                          "messages": messages, "game": d.instance, "task": d.goal, **d.info, "step": d.index,
                          "episode": d.episode, "expert": d.expert})
         return rows
@@ -210,6 +223,9 @@ def build_task(spec: TaskSpec, cache_dir: str | Path | None = None, cls: type[Ta
     ConfigError naming the task and the arguments it takes. `cls`: the class itself, for a process whose registry
     does not know the name (a Serve replica gets the class from the process that deployed it)."""
     cls = cls or task_class(spec.cls)
+    if spec.protocol not in cls.protocols:
+        raise ConfigError(f"task {spec.name}: protocol={spec.protocol!r} is not one {spec.cls} grades by; it has "
+                          f"{list(cls.protocols)}")
     if cls.interactive != (spec.level == 3):
         raise ConfigError(f"task {spec.name}: level={spec.level}, but {spec.cls} is "
                           f"{'an interactive task (level 3)' if cls.interactive else 'not interactive (level 1 or 2)'}")

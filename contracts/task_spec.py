@@ -21,7 +21,7 @@ from contracts.specs import ConfigError, task_identity
 DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "conf" / "task_defaults.yaml"
 
 # Keys of a task config that are not the class's own knobs.
-SPEC_KEYS = ("name", "cls", "base_model", "level", "description", "grader", "rollout", "contamination")
+SPEC_KEYS = ("name", "cls", "base_model", "level", "description", "protocol", "grader", "rollout", "contamination")
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,7 @@ class TaskSpec:
     base_model: str
     level: int
     description: str
+    protocol: str                   # how the task is graded (a name the class lists in Task.protocols)
     grader: GraderSettings
     rollout: RolloutSettings
     contamination: ContaminationSettings
@@ -136,8 +137,11 @@ class TaskSpec:
         description = config.get("description", defaults()["description"])
         if not isinstance(description, str):
             raise ConfigError(f"{where}: description must be text, got {description!r}")
+        protocol = config.get("protocol", defaults()["protocol"])
+        if not isinstance(protocol, str) or not protocol:
+            raise ConfigError(f"{where}: protocol={protocol!r} must be a protocol's name (e.g. paper or a2rl)")
         return cls(name=name, cls=config["cls"], base_model=config["base_model"], level=int(level),
-                   description=description,
+                   description=description, protocol=protocol,
                    grader=_settings(GraderSettings, "grader", config.get("grader"), where),
                    rollout=_settings(RolloutSettings, "rollout", config.get("rollout"), where),
                    contamination=_settings(ContaminationSettings, "contamination", config.get("contamination"),

@@ -1,8 +1,10 @@
 """Score one model directory on a task: load, fingerprint, generate, score, unload."""
 from __future__ import annotations
 
+import dataclasses
 import time
 
+from contracts.decoding import Prompt
 from contracts.task import InteractiveTask, Task
 from evaluators import lockstep
 from evaluators.backends.base import EvaluatorBackend
@@ -12,7 +14,7 @@ def evaluate(task: Task, backend: EvaluatorBackend, model_dir, rows: list[dict] 
              max_new_tokens: int | None = None, judge=None) -> dict:
     """{score, n, items: [{id, completion, score}], digest, load_s, generate_s}. Raises ModelLoadError.
 
-    rows default to the task's hidden eval split; max_new_tokens to the task's grader setting."""
+    rows default to the task's hidden eval split; max_new_tokens to the task's decoding (its protocol's)."""
     t0 = time.monotonic()
     loaded = backend.load(model_dir)
     try:
@@ -35,10 +37,12 @@ def evaluate_loaded(task: Task, backend: EvaluatorBackend, loaded, rows: list[di
     rate).
     Interactive: one greedy episode per row's instance, all in lockstep (evaluators.lockstep)."""
     rows = task.eval_rows() if rows is None else rows
-    max_new_tokens = max_new_tokens or task.grader.max_new_tokens
+    decoding = task.decoding()  # the task's protocol decides it; max_new_tokens only for a shorter test
+    if max_new_tokens:
+        decoding = dataclasses.replace(decoding, max_new_tokens=int(max_new_tokens))
 
-    def generate(chats: list[list[dict]]) -> list[str]:
-        return backend.generate(loaded, chats, max_new_tokens)
+    def generate(prompts: list[Prompt]) -> list[str]:
+        return backend.generate(loaded, prompts, decoding)
 
     if isinstance(task, InteractiveTask):
         result = lockstep.evaluate(task.environment(), rows, generate, workers=task.eval_workers)

@@ -14,9 +14,10 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from contracts.decoding import Prompt
 from contracts.environment import Environment, Episode, Instance, Step
 
-Generate = Callable[[list[list[dict]]], list[str]]
+Generate = Callable[[list[Prompt]], list[str]]
 
 
 def _serve_episodes(conn, env: Environment, instances: list[Instance]) -> None:

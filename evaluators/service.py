@@ -108,7 +108,6 @@ class Evaluator:
         self.task = build_task(spec, cache_dir, task_cls)
         # the feedback split (what /submit answers with) and the held-out final split (scored once per run)
         self.rows = {"eval": self.task.eval_rows(), "final": self.task.final_rows()}
-        self.max_new_tokens = spec.grader.max_new_tokens
         self.backend = make_backend(spec.grader)
         root = Path(cache_dir) / "grading" / spec.name / split_key(spec.config)
         self.scores = {"eval": ScoreCache(root), "final": ScoreCache(root / "final")}
@@ -184,6 +183,7 @@ class Evaluator:
             result, out["judge_usage"], _ = await self._judged(loaded, key, cell_id,
                                                                Path(records_dir) / JUDGE_CALLS, split)
             out.update(score=result["score"], eval_s=result["eval_s"], metrics=result.get("metrics"))
+            out["flags"] += result.get("flags", [])
             if result["cached"]:
                 out["flags"].append("cached")
         except JudgeUnavailable as e:  # the judge's outage, not the model's fault: no score, and no charge
@@ -226,10 +226,12 @@ class Evaluator:
         from evaluators.evaluate import evaluate_loaded
 
         started = time.time()
-        result = evaluate_loaded(self.task, self.backend, loaded, self.rows[split], self.max_new_tokens, judge)
+        result = evaluate_loaded(self.task, self.backend, loaded, self.rows[split], judge=judge)
         entry = {"score": result["score"], "n": result["n"], "eval_s": time.time() - started}
         if result.get("metrics"):
             entry["metrics"] = result["metrics"]
+        if result.get("flags"):  # the task's own (e.g. gamed_tests, approximate): scored as the protocol says, told
+            entry["flags"] = list(result["flags"])
         self.scores[split].put(key, entry, details=result["items"])
         return {**entry, "cached": False}
 

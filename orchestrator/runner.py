@@ -53,16 +53,19 @@ def resources_of(cell: CellSpec, emulated_gpus: bool) -> dict:
 
 
 def print_plan(plan: Plan, emulated: bool, out=sys.stdout) -> None:
-    rows = [("cell", "agent", "driver", "task", "seed", "state", "reservation")]
+    from contracts.task_spec import defaults
+
+    rows = [("cell", "agent", "driver", "task", "protocol", "seed", "state", "reservation")]
     for cell in plan.cells:
         s = plan.status[cell.cell_id]
         state = ("run" if cell in plan.to_run else "skip") + f" ({s})"
         res = ", ".join(f"{k}={v:g}" for k, v in resources_of(cell, emulated).items())
-        rows.append((cell.cell_id, cell.agent.name, cell.driver.name, cell.task_name, str(cell.seed), state,
+        protocol = cell.task.get("protocol", defaults()["protocol"])  # a task's own, or the one every task has
+        rows.append((cell.cell_id, cell.agent.name, cell.driver.name, cell.task_name, protocol, str(cell.seed), state,
                      f"{res}, {cell.budget.wall_time_s:g}s"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]  # columns as wide as their names
     for r in rows:
-        print("  ".join(v.rjust(w) if i == 4 else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))) + "  " + r[-1],
+        print("  ".join(v.rjust(w) if i == 5 else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))) + "  " + r[-1],
               file=out)
     gpu_h = sum(c.budget.gpu_hours for c in plan.to_run)
     cpu_h = sum(c.budget.cpus * c.budget.wall_time_s / 3600 for c in plan.to_run)

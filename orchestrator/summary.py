@@ -9,17 +9,24 @@ from orchestrator.analysis.tables import mode_of
 from orchestrator.ledger import Ledger
 
 
+# Submission flags the table counts: a copy of the base model; a score the protocol gives though the reply games
+# the task's tests (HumanEval under the paper's protocol); a score from a stand-in for a piece of the original that
+# is not here (e.g. spaCy's en_core_web_lg), so only approximately the original's.
+COUNTED_FLAGS = ("copy_of_base", "gamed_tests", "approximate")
+
+
 def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for row in ledger.cells(cell_ids).values():
         mode = mode_of(row.get("spec") or {})  # a mode other than free is shown with its task: task/mode
         task = row["task"] if mode == "free" else f"{row['task']}/{mode}"
         groups.setdefault((task, row["agent"], row["driver"]), []).append(row)
-    copies: dict[str, int] = {}
+    flagged: dict[tuple[str, str], int] = {}  # (cell, flag) -> submissions
     wanted = set(cell_ids)
     for e in ledger.events(kind="submission"):
-        if e["cell_id"] in wanted and "copy_of_base" in (e["payload"].get("flags") or []):
-            copies[e["cell_id"]] = copies.get(e["cell_id"], 0) + 1
+        if e["cell_id"] in wanted:
+            for flag in set(e["payload"].get("flags") or []) & set(COUNTED_FLAGS):
+                flagged[e["cell_id"], flag] = flagged.get((e["cell_id"], flag), 0) + 1
     out = []
     for (task, agent, driver), rows in sorted(groups.items()):
         scored = [r for r in rows if r["improvement"] is not None]
@@ -30,9 +37,10 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
         baselines = [r["baseline_score"] for r in rows if r["baseline_score"] is not None]
         bests = [r["best_score"] for r in scored]
         flags = []
-        n_copy = sum(copies.get(r["cell_id"], 0) for r in rows)
-        if n_copy:
-            flags.append(f"copy_of_base x{n_copy}")
+        for flag in COUNTED_FLAGS:
+            n = sum(flagged.get((r["cell_id"], flag), 0) for r in rows)
+            if n:
+                flags.append(f"{flag} x{n}")
         n_flagged = sum(1 for r in rows if r.get("contaminated"))
         if n_flagged:
             flags.append(f"contaminated x{n_flagged}")

@@ -51,7 +51,7 @@ class ScriptedBackend(EvaluatorBackend):
     def weights_digest(self, loaded) -> str:
         return "scripted"
 
-    def generate(self, loaded, conversations, max_new_tokens):
+    def generate(self, loaded, conversations, decoding):
         self.batches.append(len(conversations))
         replies = []
         for conv in conversations:
@@ -144,7 +144,7 @@ def test_grading_plays_every_eval_game_in_lockstep(task):
     from evaluators.lockstep import play  # the same games stepped by two worker processes
 
     env = task.environment()
-    generate = lambda chats: expert.generate("scripted", chats, 12)  # noqa: E731
+    generate = lambda chats: expert.generate("scripted", chats, task.decoding())  # noqa: E731
     assert play(env, env.instances("eval"), generate, workers=2) == play(env, env.instances("eval"), generate)
     babbler = ScriptedBackend(fixed="I would like to fly.")
     result = evaluate_loaded(task, babbler, "scripted", rows, 12)

@@ -54,7 +54,7 @@ class ExpertBackend(EvaluatorBackend):
     def weights_digest(self, loaded) -> str:
         return "expert"
 
-    def generate(self, loaded, conversations, max_new_tokens):
+    def generate(self, loaded, conversations, decoding):
         self.batches.append(len(conversations))
         out = []
         for conv in conversations:

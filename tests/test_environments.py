@@ -28,7 +28,7 @@ class Replies:
     def __init__(self, reply: str):
         self.reply, self.chats = reply, []
 
-    def generate(self, loaded, chats, max_new_tokens):
+    def generate(self, loaded, chats, decoding):
         self.chats += chats
         return [self.reply] * len(chats)
 

@@ -16,6 +16,7 @@ import torch
 import yaml
 
 from agents.kinds import agent_kind
+from contracts.decoding import Decoding
 from contracts.specs import AgentSpec
 from contracts.task import load_task
 from evaluators.backends.base import ModelLoadError
@@ -85,7 +86,7 @@ def test_smollm2_converts_to_a_plain_model(models_dir, backend):
     path = resolve_base_model("smollm2-135m", models_dir)
     assert "quantization_config" not in json.loads((path / "config.json").read_text())
     loaded = backend.load(path)
-    [reply] = backend.generate(loaded, [[{"role": "user", "content": "What is 2 + 3?"}]], max_new_tokens=12)
+    [reply] = backend.generate(loaded, [[{"role": "user", "content": "What is 2 + 3?"}]], Decoding(max_new_tokens=12))
     backend.unload(loaded)
     assert reply.strip()
 
@@ -178,8 +179,8 @@ def test_batched_generation_equals_one_at_a_time(tiny, backend, arithmetic):
     conversations = [arithmetic.messages(r) for r in arithmetic.eval_rows()[:9]] + \
                     [gsm.messages(r) for r in gsm.eval_rows()[:3]] + [[{"role": "user", "content": "hi"}]]
     loaded = backend.load(tiny)
-    batched = backend.generate(loaded, conversations, max_new_tokens=12)
-    single = [backend.generate(loaded, [c], max_new_tokens=12)[0] for c in conversations]
+    batched = backend.generate(loaded, conversations, Decoding(max_new_tokens=12))
+    single = [backend.generate(loaded, [c], Decoding(max_new_tokens=12))[0] for c in conversations]
     backend.unload(loaded)
     assert batched == single
     assert len(batched) == len(conversations)
@@ -264,8 +265,8 @@ def test_sft_beats_the_base_model(tiny, backend, arithmetic, tmp_path):
     # a trained model stops at eos after a few tokens: batching (uneven lengths, padding) must still not matter
     loaded = backend.load(saved[-1])
     conversations = [arithmetic.messages(r) for r in arithmetic.eval_rows()[:24]]
-    assert backend.generate(loaded, conversations, 16) == \
-        [backend.generate(loaded, [c], 16)[0] for c in conversations]
+    assert backend.generate(loaded, conversations, Decoding(max_new_tokens=16)) == \
+        [backend.generate(loaded, [c], Decoding(max_new_tokens=16))[0] for c in conversations]
     backend.unload(loaded)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from contracts.decoding import Decoding
 from contracts.specs import ConfigError, task_identity, to_plain
 from contracts.task import build_task
 from contracts.task_spec import TaskSpec
@@ -118,7 +119,7 @@ def test_same_replies_as_transformers_reload_in_place_and_a_fresh_engine_otherwi
     def transformers_replies(path: Path) -> list[str]:
         loaded = reference.load(path)
         try:
-            return reference.generate(loaded, chats, 16)
+            return reference.generate(loaded, chats, Decoding(max_new_tokens=16))
         finally:
             reference.unload(loaded)
 
@@ -128,7 +129,7 @@ def test_same_replies_as_transformers_reload_in_place_and_a_fresh_engine_otherwi
         for name, path in [("base", base), ("moved", moved), ("other", other)]:
             loaded = backend.load(path)
             try:
-                replies[name] = backend.generate(loaded, chats, 16)
+                replies[name] = backend.generate(loaded, chats, Decoding(max_new_tokens=16))
                 pids[name] = backend.engine.pid
                 assert group_alive(pids[name], wait_s=0)
             finally:
@@ -145,6 +146,36 @@ def test_same_replies_as_transformers_reload_in_place_and_a_fresh_engine_otherwi
     assert pids["other"] != pids["base"] and backend.stats["starts"] == 2  # another one: a fresh engine...
     assert not group_alive(pids["base"])  # ...and the old one's processes are gone
     assert not group_alive(pids["other"]) and backend.engine is None  # close() kills the engine
+
+
+@needs_vllm
+def test_every_protocols_decoding_gives_the_same_replies_as_transformers(cache_dir, tmp_path):
+    """Raw text or chats, stop strings, the protocol's repetition penalty or the model's own: vLLM and transformers
+    answer alike (the paper protocols decode raw text with a stop at "\n" and penalty 1.0)."""
+    base = resolve_base_model("tiny", cache_dir / "models")
+    model = variant(base, tmp_path / "penalised", seed=3)
+    gen_file = model / "generation_config.json"
+    generation = json.loads(gen_file.read_text()) if gen_file.exists() else {}
+    (model / "generation_config.json").write_text(json.dumps({**generation, "repetition_penalty": 1.3}))
+    raw = [f"Interact with a household.\n> go to desk {i}\nOn the desk {i}, you see a mug.\n>" for i in range(8)]
+    chats = [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(8)]
+    cases = [(raw, Decoding(max_new_tokens=20, stop=("\n",), repetition_penalty=1.0, chat_template=False)),
+             (raw, Decoding(max_new_tokens=20, chat_template=False)),
+             (chats, Decoding(max_new_tokens=20, stop=("\nAction:", "e "), repetition_penalty=1.0)),
+             (chats, Decoding(max_new_tokens=20))]
+    reference = TransformersBackend(batch_size=4, device="cpu", torch_threads=1)
+    loaded = reference.load(model)
+    expected = [reference.generate(loaded, prompts, decoding) for prompts, decoding in cases]
+    reference.unload(loaded)
+    backend = VLLMBackend(device="cpu", torch_threads=1, kv_cache_gb=0.25)
+    try:
+        loaded = backend.load(model)
+        got = [backend.generate(loaded, prompts, decoding) for prompts, decoding in cases]
+        backend.unload(loaded)
+    finally:
+        backend.close()
+    assert got == expected
+    assert expected[2] != expected[3]  # the cases decode differently: each one checks something
 
 
 @needs_vllm

@@ -209,7 +209,7 @@ class Policy(EvaluatorBackend):
     def weights_digest(self, loaded) -> str:
         return "scripted"
 
-    def generate(self, loaded, conversations, max_new_tokens):
+    def generate(self, loaded, conversations, decoding):
         self.batches.append(len(conversations))
         return [self.choose(c[-1]["content"]) for c in conversations]
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from contracts.decoding import Decoding, Prompt
+
 
 class ModelLoadError(Exception):
     """The directory is not a loadable causal LM with its tokenizer. `reason` is shown to the agent as is."""
@@ -34,8 +36,9 @@ class EvaluatorBackend(ABC):
         """Load model and tokenizer; raise ModelLoadError(reason) when the directory is not usable."""
 
     @abstractmethod
-    def generate(self, loaded: Any, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
-        """Greedy replies, one per conversation, in order; batching must not change any reply."""
+    def generate(self, loaded: Any, prompts: list[Prompt], decoding: Decoding) -> list[str]:
+        """Greedy replies, one per prompt (a chat, or raw text), in order, decoded as `decoding` says and cut before
+        its first stop string; batching must not change any reply, nor the backend."""
 
     @abstractmethod
     def weights_digest(self, loaded: Any) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contracts.decoding import Decoding, Prompt
 from contracts.registry import register
 from evaluators.backends.base import EvaluatorBackend, ModelLoadError
 
@@ -66,32 +67,33 @@ class TransformersBackend(EvaluatorBackend):
         model.to(self.device).eval()
         return LoadedModel(model=model, tokenizer=tokenizer, model_dir=path, eos_ids=eos_ids, pad_id=pad_id)
 
-    def generate(self, loaded: LoadedModel, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
+    def generate(self, loaded: LoadedModel, prompts: list[Prompt], decoding: Decoding) -> list[str]:
         import torch
         from transformers import GenerationConfig
 
         tok = loaded.tokenizer
-        prompts = [prompt_ids(tok, conv) for conv in conversations]
+        ids = [prompt_ids(tok, p, decoding) for p in prompts]
         # Longest first: batches of similar lengths waste little on padding, and an out-of-memory shows up at once.
-        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-        gen_config = GenerationConfig(max_new_tokens=int(max_new_tokens), do_sample=False, num_beams=1,
-                                      eos_token_id=loaded.eos_ids, pad_token_id=loaded.pad_id)
-        replies: list[str] = [""] * len(prompts)
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        gen_config = GenerationConfig(max_new_tokens=int(decoding.max_new_tokens), do_sample=False, num_beams=1,
+                                      eos_token_id=loaded.eos_ids, pad_token_id=loaded.pad_id,
+                                      repetition_penalty=repetition_penalty(decoding, loaded.model.generation_config))
+        replies: list[str] = [""] * len(ids)
         for start in range(0, len(order), self.batch_size):
             batch = order[start:start + self.batch_size]
-            width = max(len(prompts[i]) for i in batch)
+            width = max(len(ids[i]) for i in batch)
             input_ids = torch.full((len(batch), width), loaded.pad_id, dtype=torch.long)
             attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
             for row, i in enumerate(batch):  # left padding: every prompt ends where generation starts
-                ids = prompts[i]
-                input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-                attention_mask[row, width - len(ids):] = 1
+                input_ids[row, width - len(ids[i]):] = torch.tensor(ids[i], dtype=torch.long)
+                attention_mask[row, width - len(ids[i]):] = 1
+            stop = [StopInReply(tok, width, decoding.stop)] if decoding.stop else None
             with torch.inference_mode():
                 out = loaded.model.generate(input_ids=input_ids.to(self.device),
                                             attention_mask=attention_mask.to(self.device),
-                                            generation_config=gen_config)
+                                            generation_config=gen_config, stopping_criteria=stop)
             for row, i in enumerate(batch):
-                replies[i] = reply_text(tok, out[row, width:].tolist(), loaded.eos_ids)
+                replies[i] = decoding.cut(reply_text(tok, out[row, width:].tolist(), loaded.eos_ids))
         return replies
 
     def weights_digest(self, loaded: LoadedModel) -> str:
@@ -117,6 +119,21 @@ class TransformersBackend(EvaluatorBackend):
             torch.cuda.empty_cache()
 
 
+class StopInReply:
+    """Ends a row's generation once its reply holds a stop string. transformers' own `stop_strings` also match
+    across the prompt's end (a chat prompt ends with "\n", so a stop "\n\n" fired on the reply's first "\n"); vLLM
+    looks at the reply only, and so does this."""
+
+    def __init__(self, tokenizer, prompt_width: int, stop: tuple[str, ...]):
+        self.tokenizer, self.width, self.stop = tokenizer, prompt_width, stop
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        texts = self.tokenizer.batch_decode(input_ids[:, self.width:], skip_special_tokens=True)
+        return torch.tensor([any(s in text for s in self.stop) for text in texts], device=input_ids.device)
+
+
 def load_config_and_tokenizer(path: Path):
     """The checks every backend makes before it loads weights: a config, a tokenizer, a chat template."""
     from transformers import AutoConfig, AutoTokenizer
@@ -139,11 +156,22 @@ def load_config_and_tokenizer(path: Path):
     return config, tokenizer
 
 
-def prompt_ids(tokenizer, conversation: list[dict]) -> list[int]:
-    """A conversation as the grader sends it: the chat template's text with the generation prompt, tokenised."""
+def prompt_ids(tokenizer, prompt: Prompt, decoding: Decoding) -> list[int]:
+    """A prompt as the grader sends it: a chat through the model's template with the generation prompt, or raw text
+    tokenised as a completion would be (with the tokenizer's own special tokens, e.g. a BOS, as vLLM does)."""
+    decoding.check_prompt(prompt)
+    if isinstance(prompt, str):
+        return tokenizer(prompt)["input_ids"]
     # The template already holds the special tokens it wants; tokenising its text adds none (no double BOS).
-    text = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def repetition_penalty(decoding: Decoding, generation_config) -> float:
+    """The protocol's penalty, or (None) the one the model's generation_config.json names (Qwen's chat models: 1.1)."""
+    if decoding.repetition_penalty is not None:
+        return float(decoding.repetition_penalty)
+    return float(getattr(generation_config, "repetition_penalty", None) or 1.0)
 
 
 def reply_text(tokenizer, new_tokens: list[int], eos_ids: list[int]) -> str:

@@ -1,9 +1,10 @@
 """The vLLM backend: one resident engine per grading replica, in a process of its own (vllm_worker.py), run by the
 vLLM environment's python (`scripts/setup --vllm` makes it; A2RL_VLLM_VENV moves it).
 
-Same replies as the transformers backend by construction where it matters: prompts are the submission's chat
-template tokenised here by the same code (`prompt_ids`), decoding is greedy with the same eos tokens and token
-limit, and replies are decoded here (`reply_text`); the engine only turns token ids into token ids.
+Same replies as the transformers backend by construction where it matters: prompts (chats through the submission's
+template, or raw text) are tokenised here by the same code (`prompt_ids`), decoding is greedy with the same eos tokens,
+token limit and repetition penalty (the task's Decoding), and replies are decoded and cut at stop strings here
+(`reply_text`, `Decoding.cut`); the engine only turns token ids into token ids.
 
 A submission whose config and checkpoint layout (tensor names, dtypes, shapes) equal the running engine's only has
 its weights loaded into that engine; anything else gets a fresh engine. The engine's process group is killed on
@@ -24,11 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contracts.decoding import Decoding, Prompt
 from contracts.registry import register
 from contracts.specs import ConfigError
 from evaluators.backends.base import EvaluatorBackend, ModelLoadError
 from evaluators.backends.transformers_backend import (_short, eos_token_ids, load_config_and_tokenizer, prompt_ids,
-                                                      reply_text)
+                                                      repetition_penalty, reply_text)
 
 log = logging.getLogger("a2rl.vllm")
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +114,7 @@ class LoadedModel:
     tokenizer: Any
     model_dir: Path
     eos_ids: list[int]
-    repetition_penalty: float
+    generation: Any     # the model's GenerationConfig
     weight_files: list[Path]
     load_count: int     # which load of the engine this is (a stale handle must not generate)
     digest: str | None = None
@@ -208,22 +210,23 @@ class VLLMBackend(EvaluatorBackend):
             raise ModelLoadError(f"vLLM could not load {path}: {_short(e)}") from None
         self.signature = signature
         self.load_count += 1
-        # transformers' generate takes the model's generation_config.json values the grader does not set itself;
-        # of those, the repetition penalty (Qwen's chat models ship 1.1) changes a greedy reply, so it goes along
-        return LoadedModel(tokenizer=tokenizer, model_dir=path, eos_ids=eos_ids,
-                           repetition_penalty=float(getattr(generation, "repetition_penalty", None) or 1.0),
+        # the model's generation_config.json: its repetition penalty is a2rl's protocol's (Qwen's chat models: 1.1)
+        return LoadedModel(tokenizer=tokenizer, model_dir=path, eos_ids=eos_ids, generation=generation,
                            weight_files=files, load_count=self.load_count)
 
-    def generate(self, loaded: LoadedModel, conversations: list[list[dict]], max_new_tokens: int) -> list[str]:
+    def generate(self, loaded: LoadedModel, prompts: list[Prompt], decoding: Decoding) -> list[str]:
         if self.engine is None or loaded.load_count != self.load_count:
             raise RuntimeError(f"{loaded.model_dir} is no longer the model in the vLLM engine")
-        if not conversations:
+        if not prompts:
             return []
-        prompts = [prompt_ids(loaded.tokenizer, conv) for conv in conversations]
-        # all at once (batch_size does not apply): vLLM's scheduler batches them as its KV cache allows
-        answer = self.engine.ask(op="generate", prompts=prompts, max_tokens=int(max_new_tokens),
-                                 stop_token_ids=loaded.eos_ids, repetition_penalty=loaded.repetition_penalty)
-        return [reply_text(loaded.tokenizer, out, loaded.eos_ids) for out in answer["outputs"]]
+        ids = [prompt_ids(loaded.tokenizer, p, decoding) for p in prompts]
+        # all at once (batch_size does not apply): vLLM's scheduler batches them as its KV cache allows. The engine
+        # has no tokenizer (one engine serves submissions with different ones), so it cannot match stop strings:
+        # replies are cut here, exactly as the transformers backend cuts them, after up to max_new_tokens.
+        answer = self.engine.ask(op="generate", prompts=ids, max_tokens=int(decoding.max_new_tokens),
+                                 stop_token_ids=loaded.eos_ids,
+                                 repetition_penalty=repetition_penalty(decoding, loaded.generation))
+        return [decoding.cut(reply_text(loaded.tokenizer, out, loaded.eos_ids)) for out in answer["outputs"]]
 
     def weights_digest(self, loaded: LoadedModel) -> str:
         """sha256 over the checkpoint's tensors by name (as stored: any sharding, safetensors or .bin), tagged with
