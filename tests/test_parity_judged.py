@@ -122,3 +122,113 @@ def test_alpacaeval_lc_win_rate_equals_the_originals(alpaca_fixture, tmp_path, r
                                      ["m" * r["output_2_len"] for r in rows], [r["index"] for r in rows][::-1],
                                      tmp_path)
         assert abs(shuffled["length_controlled_winrate"] - ours["length_controlled_winrate"]) > 0.1
+
+
+# --------------------------------------------------------------------------- the paper protocol inside the grader
+
+def write_paper_data(root: Path, n: int = 12) -> Path:
+    """tatsu-lab/alpaca_eval's layout: alpaca_eval_gpt4_baseline.json and df_gamed.csv (a small one, in its layout)
+    side by side; tatsu-lab/alpaca's data/*.parquet for the train rows."""
+    from tests.test_judging import write_alpaca_data
+
+    write_alpaca_data(root)
+    rows = [{"instruction": f"Write a greeting for person {i}.", "output": f"Hello person {i}, welcome to the team!",
+             "generator": "gpt4_1106_preview", "dataset": "helpful_base"} for i in range(n)]
+    (root / "alpaca_eval" / "alpaca_eval_gpt4_baseline.json").write_text(json.dumps(rows))
+    (root / "alpaca_eval" / "df_gamed.csv").write_text((FIXTURES / "alpacaeval_df_gamed.csv").read_text())
+    return root
+
+
+def paper_config(root: Path, judge: dict) -> dict:
+    from orchestrator.sweep import check_task, load_named
+
+    config = load_named("task", "alpacaeval", "test")
+    assert config["protocol"] == "paper"
+    return check_task({**config, "name": "alpacaeval_paper", "eval_data": str(root / "alpaca_eval"),
+                       "train_data": str(root / "alpaca"), "n_train": 20, "judge": judge, "base_model": "tiny",
+                       "grader": {"backend": "transformers", "batch_size": 12, "max_new_tokens": 1024,
+                                  "num_cpus": 1, "num_gpus": 0}})
+
+
+def test_alpacaeval_paper_task_decodes_and_loads_as_the_original(tmp_path):
+    from contracts.decoding import Decoding
+    from contracts.task import load_task
+
+    write_paper_data(tmp_path)
+    task = load_task(paper_config(tmp_path, {"name": "j", "provider": "openai", "model": "gpt-5",
+                                             "base_url": "http://127.0.0.1:9/v1"}), tmp_path / "cache")
+    assert task.protocol == "paper" and task.judge_driver()["model"] == "gpt-5.2"   # the paper's judge model
+    assert task.decoding() == Decoding(max_new_tokens=512, repetition_penalty=1.0)
+    rows = task.eval_rows()
+    assert rows[3]["reference"] == "Hello person 3, welcome to the team!" and rows[3]["position"] == 3
+    assert "512 new tokens" in task.instructions() and "length-controlled win rate" in task.instructions()
+    from contracts.specs import ConfigError
+
+    with pytest.raises(ConfigError, match="chat"):      # alpaca_eval's judge speaks OpenAI's chat completions
+        load_task(paper_config(tmp_path, {"name": "c", "provider": "anthropic", "model": "claude",
+                                          "base_url": "http://127.0.0.1:9"}), tmp_path / "cache")
+
+
+PAPER_KEY_VAR = "A2RL_TEST_PAPER_JUDGE_KEY"
+
+
+@pytest.fixture(scope="module")
+def paper_grader(ray_cluster, cache_dir, grading_port, tmp_path_factory):
+    """alpacaeval under protocol paper, its judge a scripted OpenAI server (tool calls: the longer output ranks
+    first) behind the real driver proxy."""
+    import re
+
+    from ray import serve
+
+    from agents.proxy import deployment
+    from contracts.task_spec import TaskSpec
+    from evaluators.base_models import resolve_base_model
+    from evaluators.service import app_name, deploy
+
+    slot = re.compile(r'"model": "(m|M)",\n        "output": """(.*?)"""\n    }', re.S)
+
+    def script(req):
+        outputs = dict(slot.findall(req.last_user_text))
+        first = "m" if len(outputs["m"]) >= len(outputs["M"]) else "M"
+        other = "M" if first == "m" else "m"
+        return Reply(tool_calls=[ToolCall("make_partial_leaderboard", {"ordered_models": [
+            {"model": first, "rank": 1}, {"model": other, "rank": 2}]})])
+
+    fake = FakeUpstream(script=script, expect_key=KEY).start()
+    root = write_paper_data(tmp_path_factory.mktemp("alpaca-paper"))
+    judge = {"name": "scripted-judge", "provider": "openai-compatible", "model": "judge-1",
+             "base_url": fake.url + "/v1", "api_key_env": PAPER_KEY_VAR, "price_input_per_mtok": 1.0,
+             "price_output_per_mtok": 2.0, "price_cached_input_per_mtok": 0.5}
+    task = paper_config(root, judge)
+    proxy_url = f"http://127.0.0.1:{grading_port}" + deployment.deploy({PAPER_KEY_VAR: KEY},
+                                                                        {"max_attempts": 2, "base_s": 0.05})
+    deploy(TaskSpec.from_config(task), str(cache_dir), emulated_gpus=True, driver_url=proxy_url)
+    yield {"url": f"http://127.0.0.1:{grading_port}/alpacaeval_paper", "fake": fake,
+           "handle": serve.get_app_handle(app_name("alpacaeval_paper")),
+           "base": resolve_base_model("tiny", cache_dir / "models")}
+    fake.stop()
+
+
+def test_paper_judge_through_the_proxy_scores_the_lc_win_rate(paper_grader, tmp_path):
+    from tests.test_grading import Run
+    from tests.test_judging import perturbed_model
+
+    run = Run(paper_grader, tmp_path)
+    fake = paper_grader["fake"]
+    n_baseline = fake.calls
+    assert n_baseline >= 12                                   # the baseline, judged at registration
+    baseline_body = fake.requests[0].body
+    assert baseline_body["model"] == "gpt-5.2" and baseline_body["max_tokens"] == 100
+    assert baseline_body["temperature"] == 0 and baseline_body["top_p"] == 1.0
+    assert baseline_body["tool_choice"] == {"type": "function", "function": {"name": "make_partial_leaderboard"}}
+    assert [m["role"] for m in baseline_body["messages"]] == ["system", "user"]
+    perturbed_model(paper_grader["base"], run.workspace / "output" / "m1", seed=1)
+    rec = run.submit("output/m1").json()
+    assert rec["error"] is None, rec
+    metrics = rec["metrics"]
+    assert rec["score"] == metrics["lc_win_rate"] and 0 <= rec["score"] <= 100
+    assert metrics["unparsed"] == 0 and rec["judge_usage"]["calls"] == fake.calls - n_baseline > 0
+    # the same weights again: the score cache answers, the judge is not asked
+    perturbed_model(paper_grader["base"], run.workspace / "output" / "m1b", seed=1)
+    again = run.submit("output/m1b").json()
+    assert again["score"] == rec["score"] and again["judge_usage"]["calls"] == 0

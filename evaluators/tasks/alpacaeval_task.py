@@ -110,18 +110,18 @@ class AlpacaEvalTask(PairwiseTask):
     def __init__(self, spec: TaskSpec, *, judge: dict | None, eval_data: str = "tatsu-lab/alpaca_eval",
                  train_data: str = "tatsu-lab/alpaca", n_train: int = 2000, n_eval: int | None = None,
                  final_size: int = 0, judge_seed: int = 0, metric: str = "lc_win_rate", eval_file: str | None = None,
-                 annotators_config: str = alpaca_eval_annotator.PACKAGE_ANNOTATOR):
+                 annotators_config: str = alpaca_eval_annotator.PACKAGE_ANNOTATOR, judge_model: str | None = None):
         """judge: a driver config (conf/driver/<name>.yaml's contents; a sweep resolves a name). n_eval: the first
         n feedback rows only (None: all), for a cheaper run that is not the paper's number. final_size: eval rows
         held out as the final split (0: none). eval_file: the reference outputs' file in eval_data (None: the
         protocol's, EVAL_FILES). annotators_config (protocol paper): alpaca_eval's annotator, a config name of the
         package or a folder (RD-Agent's annotators_gpt52_fn is the package's alpaca_eval_gpt4_turbo_fn with model
-        gpt-5.2); its model is the judge driver's."""
+        gpt-5.2); its model is the judge driver's, or judge_model (protocol paper: the paper's is gpt-5.2)."""
         super().__init__(spec, judge_seed, metric)
         if not isinstance(judge, dict) or not judge.get("provider") or judge.get("provider") == "none":
             raise ConfigError(f"task {spec.name}: an LLM judge is required (task.judge=NAME of a conf/driver file, "
                               "e.g. gpt or local-vllm); without a key, use task=alpacaeval_offline")
-        self.judge = judge
+        self.judge = {**judge, "model": judge_model} if judge_model and self.protocol == "paper" else judge
         self.eval_data, self.train_data = eval_data, train_data
         self.eval_file = eval_file or EVAL_FILES[self.protocol]
         self.n_train, self.n_eval = int(n_train), (None if n_eval is None else int(n_eval))
@@ -130,7 +130,7 @@ class AlpacaEvalTask(PairwiseTask):
         if self.protocol == "paper":
             if metric != "lc_win_rate":
                 raise ConfigError(f"task {spec.name}: protocol paper reports the LC win rate; metric={metric!r}")
-            alpaca_eval_annotator.build_annotator(judge, annotators_config)  # a bad config or judge fails here
+            alpaca_eval_annotator.build_annotator(self.judge, annotators_config)  # a bad config or judge fails here
 
     def judge_driver(self) -> dict | None:
         return self.judge
