@@ -232,3 +232,84 @@ def test_paper_judge_through_the_proxy_scores_the_lc_win_rate(paper_grader, tmp_
     perturbed_model(paper_grader["base"], run.workspace / "output" / "m1b", seed=1)
     again = run.submit("output/m1b").json()
     assert again["score"] == rec["score"] and again["judge_usage"]["calls"] == 0
+
+
+# --------------------------------------------------------------------------- DeepSearchQA (RD-Agent's eval.py)
+
+@pytest.fixture(scope="module")
+def dsqa_fixture():
+    return json.loads((FIXTURES / "deepsearchqa.json").read_text())
+
+
+def test_deepsearchqa_react_prompts_decoding_and_answers_equal_the_originals(dsqa_fixture):
+    """Each scripted episode: every prompt byte-equal to the one RD-Agent's loop hands vLLM, with its decoding (256
+    tokens and the three stops; 128 tokens and `]` for a forced answer), the same searches, the same answer."""
+    from envs.deepsearchqa import react
+
+    assert react.REACT_SYSTEM_PROMPT == dsqa_fixture["react_system_prompt"]
+    assert list(react.TURN.stop) == dsqa_fixture["turn_params"]["stop"]
+    prompts = 0
+    for ep in dsqa_fixture["episodes"]:
+        calls, searched = iter(ep["calls"]), []
+
+        def generate(batch, decoding, calls=calls):
+            (prompt,) = batch
+            call = next(calls)
+            assert prompt == call["prompt"]
+            assert (decoding.max_new_tokens, list(decoding.stop)) == (call["params"]["max_tokens"],
+                                                                     call["params"]["stop"])
+            assert decoding.repetition_penalty == 1.0 and decoding.chat_template is False
+            reply = decoding.cut(call["continuation"])       # the backend cuts at the stop strings, as vLLM
+            assert reply == call["generated"]
+            return [reply]
+
+        def search(query, results=ep["search"], searched=searched):
+            searched.append(query)
+            return results[query]
+
+        episode = react.ReactEpisode(react.first_prompt(ep["question"], ep["answer_type"]))
+        react.play([episode], generate, [search])
+        assert episode.answer == ep["answer"], ep["name"]
+        assert searched == ep["searched"] == episode.searches
+        assert next(calls, None) is None                       # no prompt more, none fewer
+        prompts += len(ep["calls"])
+    assert prompts == 29
+
+
+def test_deepsearchqa_react_batches_episodes_as_if_played_alone(dsqa_fixture):
+    """All scripted episodes at once, batched by decoding: each gets the prompts it got alone."""
+    from envs.deepsearchqa import react
+
+    eps = dsqa_fixture["episodes"]
+    queues = {e["question"]: list(e["calls"]) for e in eps}
+
+    def generate(batch, decoding):
+        out = []
+        for prompt in batch:
+            question = prompt.split("Question: ")[1].split("\n")[0]
+            call = queues[question].pop(0)
+            assert prompt == call["prompt"]
+            out.append(decoding.cut(call["continuation"]))
+        return out
+
+    episodes = [react.ReactEpisode(react.first_prompt(e["question"], e["answer_type"])) for e in eps]
+    react.play(episodes, generate, [lambda q, r=e["search"]: r[q] for e in eps])
+    assert [ep.answer for ep in episodes] == [e["answer"] for e in eps]
+    assert all(not q for q in queues.values())
+
+
+def test_deepsearchqa_judge_requests_and_verdicts_equal_the_originals(dsqa_fixture):
+    from envs.deepsearchqa import react
+
+    for case in dsqa_fixture["judge"]:
+        assert case["system"] == react.JUDGE_SYSTEM
+        assert react.judge_prompt(case["predicted"], case["gold"], case["answer_type"]) == case["user"]
+        reply = case["reply"]
+        try:
+            if isinstance(reply, dict):
+                raise RuntimeError(reply["error"])
+            verdict = react.judge_verdict(reply)
+        except (RuntimeError, IndexError):
+            verdict = react.substring_match(case["predicted"], case["gold"], case["answer_type"])
+        assert verdict == case["correct"], case
+    assert len(dsqa_fixture["judge"]) == 19
