@@ -313,3 +313,127 @@ def test_deepsearchqa_judge_requests_and_verdicts_equal_the_originals(dsqa_fixtu
             verdict = react.substring_match(case["predicted"], case["gold"], case["answer_type"])
         assert verdict == case["correct"], case
     assert len(dsqa_fixture["judge"]) == 19
+
+
+class ReactExpert:
+    """An EvaluatorBackend for the paper's loop: on a generated world, the expert's plan written as ReAct turns
+    (`Thought ... Action: search[...]` on one line, the answer the same way); records every decoding it is asked."""
+
+    def __init__(self, plans: dict[str, list[str]], own_line: bool = False):
+        self.plans, self.own_line, self.decodings, self.prompts = plans, own_line, [], []
+
+    def generate(self, loaded, prompts, decoding):
+        self.decodings.append(decoding)
+        out = []
+        for prompt in prompts:
+            self.prompts.append(prompt)
+            assert isinstance(prompt, str)                       # raw text, no chat template
+            question = prompt.split("\n\nQuestion: ")[1].split("\n")[0]
+            if decoding.stop == ("]",):                          # a forced answer
+                out.append(decoding.cut(self.plans[question][-1].removeprefix("answer[") + "] trailing"))
+                continue
+            n = prompt.count("\nObservation: ")
+            sep = "\n" if self.own_line else " "
+            out.append(decoding.cut(f" Step {n}.{sep}Action: {self.plans[question][n]}\nObservation: made up"))
+        return out
+
+
+def paper_dsqa(cache_dir, judge=None):
+    from contracts.task import load_task
+    from tests.test_deepsearchqa import SMALL
+
+    return load_task({**SMALL, "name": "deepsearchqa_paper", "protocol": "paper", "judge": judge}, cache_dir)
+
+
+def expert_plans(task):
+    from envs.deepsearchqa.expert import plan
+
+    env = task.environment()
+    return {env.question(inst).question: plan(env.question(inst)) for inst in env.instances("eval")}
+
+
+class ScriptedJudge:
+    """The judge's interface as the grader opens it (LLMJudge.ask; its wire: test_judge_request_without_a_limit)."""
+
+    concurrency = 2
+
+    def __init__(self, reply):
+        self.reply, self.asked = reply, []
+
+    def ask(self, system, user, temperature=0, max_tokens=-1):
+        self.asked.append((system, user, temperature, max_tokens))
+        return self.reply(user)
+
+
+def test_deepsearchqa_paper_grader_plays_react_and_judges_every_answer(cache_dir):
+    from contracts.decoding import Decoding
+    from envs.deepsearchqa import react
+    from evaluators.evaluate import evaluate_loaded
+
+    task = paper_dsqa(cache_dir)
+    assert task.decoding() == react.TURN and task.decoding().chat_template is False
+    rows = task.eval_rows()
+    plans = expert_plans(task)
+    env = task.environment()
+    golds = {env.question(inst).question: env.question(inst).answer for inst in env.instances("eval")}
+
+    def verdict(user):  # a judge that knows the gold answers
+        gold = user.split("Gold answer: ")[1].split("\n")[0]
+        predicted = user.split("Predicted answer: ")[1].split("\n")[0]
+        return "Correct." if predicted == gold else "incorrect\nbecause"
+
+    judge = ScriptedJudge(verdict)
+    backend = ReactExpert(plans)
+    result = evaluate_loaded(task, backend, "model", rows, judge=judge)
+    assert result["score"] == 100.0 and result["metrics"]["judge_fallbacks"] == 0 and "flags" in result
+    assert result["flags"] == []
+    assert {d for d in backend.decodings} == {react.TURN}
+    assert backend.prompts[0] == react.first_prompt(env.question(env.instances("eval")[0]).question,
+                                                    "Single Answer")
+    assert all(i["judged_by"] == "llm" and i["completion"] == golds[i["task"]] for i in result["items"])
+    assert len(judge.asked) == len(rows)                        # every answer is judged
+    system, user, temperature, max_tokens = judge.asked[0]
+    assert system == "You are a strict answer evaluator." and (temperature, max_tokens) == (0.5, None)
+
+    # actions on their own line: cut by the stop, then forced answers (128 tokens, stopped at "]")
+    own = ReactExpert(plans, own_line=True)
+    forced = evaluate_loaded(task, own, "model", rows, judge=ScriptedJudge(lambda user: ""))
+    assert Decoding(max_new_tokens=128, stop=("]",), repetition_penalty=1.0, chat_template=False) in own.decodings
+    assert all(i["steps"] == 1 for i in forced["items"])       # the forced answer ends the episode
+    # an empty judge reply is a failed judgement: the substring fallback decides, recorded per item
+    assert forced["metrics"]["judge_fallbacks"] == len(rows)
+    assert all(i["judged_by"].startswith("substring: IndexError") for i in forced["items"])
+    assert forced["score"] == 100.0                            # the gold answer contains itself
+
+
+def test_deepsearchqa_paper_without_a_judge_is_approximate_and_a2rl_is_unchanged(cache_dir):
+    from evaluators.evaluate import evaluate_loaded
+    from tests.test_deepsearchqa import SMALL, ExpertBackend
+
+    task = paper_dsqa(cache_dir)
+    plans = expert_plans(task)
+    result = evaluate_loaded(task, ReactExpert(plans), "model", task.eval_rows())
+    assert result["flags"] == ["approximate"] and result["score"] == 100.0
+    assert all(i["judged_by"] == "substring: no judge" for i in result["items"])
+    from contracts.task import load_task
+
+    a2rl = load_task(SMALL, cache_dir)                          # a2rl's protocol: the lockstep chat loop
+    assert a2rl.protocol == "a2rl" and a2rl.play(a2rl.eval_rows(), None) is None
+    assert evaluate_loaded(a2rl, ExpertBackend(expert_plans(a2rl)), "model", a2rl.eval_rows())["score"] == 100.0
+
+
+def test_judge_request_without_a_limit_at_the_papers_temperature():
+    from evaluators.judging.pairwise import LLMJudge
+
+    fake = FakeUpstream(script=lambda req: Reply(text="correct"), expect_key=KEY).start()
+    try:
+        judge = LLMJudge({"name": "j", "provider": "openai-compatible", "model": "gpt-5.2"}, fake.url, KEY)
+        assert judge.ask("You are a strict answer evaluator.", "u", temperature=0.5, max_tokens=None) == "correct"
+        body = fake.requests[-1].body
+        assert body == {"model": "gpt-5.2", "temperature": 0.5, "messages": [
+            {"role": "system", "content": "You are a strict answer evaluator."}, {"role": "user", "content": "u"}]}
+        judge.ask("s", "u")                                     # a2rl's own: greedy, with its limit
+        assert fake.requests[-1].body["temperature"] == 0 and fake.requests[-1].body["max_completion_tokens"] == 16
+        judge.close()
+    finally:
+        fake.stop()

@@ -14,16 +14,28 @@ questions after the paper's 200 eval ones in its shuffled order).
   questions (evaluators.lockstep), the rollout service serves the train ones.
 - ``train_rows()``: the expert's episodes on the train questions, one SFT row per action.
 Answers are graded offline by ``answers.answer_correct`` (normalised exact / alias match).
+
+Protocols (``protocol:`` in the config):
+- ``paper``, as RD-Agent's benchmarks/deepsearchqa/eval.py grades (``envs.deepsearchqa.react``): one raw-text ReAct
+  completion per question (its system text, stops, forced answer, 6 turns, "I don't know" when nothing was
+  answered), repetition penalty 1.0, searches shown as the top results' snippets joined with `` | ``; every answer
+  judged by the LLM judge with the original's prompt and first-line verdict, the substring match where the judge
+  call fails (counted, ``judge_fallbacks``); with no judge configured every answer is matched that way and the score
+  is flagged ``approximate``. Score: 100 x the share judged correct.
+- ``a2rl``, a2rl's own: a chat per step (question, previous actions, last observation), the first action in the
+  reply, 32 tokens with the model's repetition penalty, the normalised exact / alias match (or a configured judge,
+  asked with a2rl's prompt for episodes that answered).
 """
 from __future__ import annotations
 
 import json
 from functools import cached_property
 
+from contracts.decoding import Decoding
 from contracts.registry import register
 from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
-from envs.deepsearchqa import prompt
+from envs.deepsearchqa import prompt, react
 from envs.deepsearchqa.environment import DeepSearchQAEnvironment
 from envs.deepsearchqa.world import RELATIONS, Question
 
@@ -36,6 +48,7 @@ SEARCH_DEFAULTS = {"url": None, "query_param": "q", "key_env": None, "key_param"
 @register("task", "deepsearchqa")
 class DeepSearchQATask(InteractiveTask):
     environment_class = DeepSearchQAEnvironment
+    protocols = ("a2rl", "paper")
 
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
                  hops: list[int], relations: list[str] | None, world: dict, top_k: int, max_steps: int,
@@ -111,6 +124,66 @@ class DeepSearchQATask(InteractiveTask):
         metrics = {**result.get("metrics", {}), "success_rate": 100.0 * sum(i["won"] for i in items) / n,
                    "exact_match": 100.0 * sum(i.get("exact_match", i["won"]) for i in items) / n}
         return {**result, "score": 100.0 * sum(i["score"] for i in items) / n, "items": items, "metrics": metrics}
+
+    # -- the paper protocol ---------------------------------------------------------------------------------------
+    def decoding(self) -> Decoding:
+        return react.TURN if self.protocol == "paper" else super().decoding()
+
+    def play(self, rows: list[dict], generate, judge=None) -> dict | None:
+        """The paper's ReAct loop on the rows' questions, every answer then judged as the original judges it."""
+        if self.protocol != "paper":
+            return None
+        from concurrent.futures import ThreadPoolExecutor
+
+        env = self.environment()
+        splits = {row.get("split", "eval") for row in rows}
+        by_name = {(split, inst.name): inst for split in splits for inst in env.instances(split)}
+        instances = [by_name[row.get("split", "eval"), row["instance"]] for row in rows]
+        questions = [env.question(inst) for inst in instances]
+        episodes = [react.ReactEpisode(react.first_prompt(q.question, q.answer_type), self.max_steps)
+                    for q in questions]
+        react.play(episodes, generate, [self._paper_search(env.backend(inst.split)) for inst in instances])
+
+        def judged(pair):
+            q, ep = pair
+            return self._paper_judge(judge, ep.answer, q.answer, q.answer_type)
+
+        with ThreadPoolExecutor(max_workers=max(1, getattr(judge, "concurrency", 1))) as pool:
+            verdicts = list(pool.map(judged, zip(questions, episodes)))
+        items = [{"id": row["id"], **inst.info, "score": float(correct), "won": correct, "steps": len(ep.actions),
+                  "task": q.question, "commands": ep.actions, "completion": ep.answer, "judged_by": how}
+                 for row, inst, q, ep, (correct, how) in zip(rows, instances, questions, episodes, verdicts)]
+        n = max(1, len(items))
+        fallbacks = sum(i["judged_by"] != "llm" for i in items)
+        metrics = {"accuracy": 100.0 * sum(i["won"] for i in items) / n, "judge_fallbacks": fallbacks,
+                   "answered": sum(ep.answer != react.NO_ANSWER for ep in episodes),
+                   "mean_steps": sum(i["steps"] for i in items) / n}
+        return {"score": metrics["accuracy"], "n": len(items), "items": items, "metrics": metrics,
+                "flags": [] if judge is not None else ["approximate"]}
+
+    def _paper_search(self, backend):
+        from envs.deepsearchqa.search import SearchError
+
+        def search(query: str) -> str:
+            try:
+                return react.search_text([" ".join(hit.text.split()) for hit in backend.search(query, self.top_k)])
+            except SearchError as e:
+                return f"Search error: {e}"
+
+        return search
+
+    @staticmethod
+    def _paper_judge(judge, predicted: str, gold: str, answer_type: str) -> tuple[bool, str]:
+        """(correct, how): the LLM judge's first line; the substring match where the call fails or its reply is
+        empty (the original catches any error there), or when no judge is configured."""
+        if judge is None:
+            return react.substring_match(predicted, gold, answer_type), "substring: no judge"
+        try:
+            reply = judge.ask(react.JUDGE_SYSTEM, react.judge_prompt(predicted, gold, answer_type),
+                              temperature=react.JUDGE_TEMPERATURE, max_tokens=None)
+            return react.judge_verdict(reply), "llm"
+        except Exception as e:  # noqa: BLE001 - the original's fallback, recorded per item
+            return react.substring_match(predicted, gold, answer_type), f"substring: {type(e).__name__}: {e}"[:200]
 
     # -- questions ------------------------------------------------------------------------------------------------
     def _salt(self) -> str:
