@@ -406,6 +406,12 @@ def test_deepsearchqa_paper_grader_plays_react_and_judges_every_answer(cache_dir
     assert forced["score"] == 100.0                            # the gold answer contains itself
 
 
+def react_prompt_in(text: str) -> bool:
+    from envs.deepsearchqa import react
+
+    return react.REACT_SYSTEM_PROMPT in text and "Answer type: <Single Answer or Set Answer>" in text
+
+
 def test_deepsearchqa_paper_without_a_judge_is_approximate_and_a2rl_is_unchanged(cache_dir):
     from evaluators.evaluate import evaluate_loaded
     from tests.test_deepsearchqa import SMALL, ExpertBackend
@@ -415,6 +421,8 @@ def test_deepsearchqa_paper_without_a_judge_is_approximate_and_a2rl_is_unchanged
     result = evaluate_loaded(task, ReactExpert(plans), "model", task.eval_rows())
     assert result["flags"] == ["approximate"] and result["score"] == 100.0
     assert all(i["judged_by"] == "substring: no judge" for i in result["items"])
+    text = task.instructions()                                  # the agent reads the protocol it is graded by
+    assert react_prompt_in(text) and "marked approximate" in text
     from contracts.task import load_task
 
     a2rl = load_task(SMALL, cache_dir)                          # a2rl's protocol: the lockstep chat loop

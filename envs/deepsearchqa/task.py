@@ -258,6 +258,59 @@ class DeepSearchQATask(InteractiveTask):
         return [dict(row) for row in self._rows]
 
 
+    def _grading_instructions(self, final: str) -> str:
+        if self.protocol == "paper":
+            judge = (f"an LLM judge (`{self.judge.get('model')}`)" if self.judge else
+                     "the original's fallback (no judge is configured here, so the score is marked approximate): "
+                     "correct when the gold answer contains yours or yours contains it (every comma-separated gold "
+                     "item, for a Set Answer)")
+            return f"""## How the grader plays and scores (the paper's protocol: RD-Agent's DeepSearchQA evaluator)
+
+The hidden eval split has {self.n_eval} other questions{final}. For each, the grader feeds the submitted model ONE
+raw text prompt, no chat template, and lets it continue (greedy, repetition penalty 1.0):
+
+```
+{react.REACT_SYSTEM_PROMPT}
+
+Question: <the question>
+Answer type: <Single Answer or Set Answer>
+
+Thought:
+```
+
+Each turn the model's continuation (at most {react.TURN.max_new_tokens} tokens, cut before `\\nAction:`,
+`\\nThought:` or `\\nObservation:`) is stripped and appended after a space; its first `Action: search[...]` or
+`Action: answer[...]` is the action, so write the action on the thought's line (`Thought: ... Action:
+search[query]`): an action on a line of its own is cut off by the stop. A search appends `\\nObservation: <the top
+{self.top_k} results' text joined with " | ">\\nThought:`; an answer ends the episode. A turn with no action gets
+`\\nAction: answer[` appended and the answer decoded up to `]` ({react.FORCED_ANSWER.max_new_tokens} tokens). At
+most {self.max_steps} turns; then the last `Action: answer[...]` written, else "I don't know". Every answer is then
+judged by {judge}. The score is **100 x the fraction judged correct**.
+
+The train data and the rollout service below show the steps as a2rl's chat (question, previous actions, last
+observation); the grader of this protocol uses the raw prompt above: `envs/deepsearchqa/react.py` in a2rl is the
+loop itself.
+"""
+        return f"""## How the grader plays and scores
+
+The hidden eval split has {self.n_eval} other questions{final}. For each, the grader starts an episode and, every
+step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
+add_generation_prompt=True)`) and decodes greedily, at most {self.grader.max_new_tokens} new tokens, stopping at the
+eos token:
+
+    system:    {prompt.SYSTEM_PROMPT}
+    user:      Question: <the question>
+               Previous actions: <a1>; <a2>; ... (or "none")
+               Observation: <the last search's results, or "{'No searches yet.'}">
+               Reply with the next action.
+
+The first `search[...]` or `answer[...]` in the reply is the action (a "Thought: ..." before it, an "Action:" prefix
+and a missing closing bracket are forgiven). An answer is correct when it equals the gold answer or an accepted
+alias after normalisation (lowercase; punctuation, the articles a/an/the and extra spaces ignored). All eval
+questions are played in lockstep, in batches. The score is **100 x the fraction of eval questions answered
+correctly**.
+"""
+
     # -- the agent's view -----------------------------------------------------------------------------------------
     def instructions(self) -> str:
         rows = self._rows
@@ -298,25 +351,7 @@ Example:
 The expert knows each question's chain of facts and searches them one by one (`<name> <relation words>`, the name
 read off the previous results), then answers.
 
-## How the grader plays and scores
-
-The hidden eval split has {self.n_eval} other questions{final}. For each, the grader starts an episode and, every
-step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
-add_generation_prompt=True)`) and decodes greedily, at most {self.grader.max_new_tokens} new tokens, stopping at the
-eos token:
-
-    system:    {prompt.SYSTEM_PROMPT}
-    user:      Question: <the question>
-               Previous actions: <a1>; <a2>; ... (or "none")
-               Observation: <the last search's results, or "{'No searches yet.'}">
-               Reply with the next action.
-
-The first `search[...]` or `answer[...]` in the reply is the action (a "Thought: ..." before it, an "Action:" prefix
-and a missing closing bracket are forgiven). An answer is correct when it equals the gold answer or an accepted
-alias after normalisation (lowercase; punctuation, the articles a/an/the and extra spaces ignored). All eval
-questions are played in lockstep, in batches. The score is **100 x the fraction of eval questions answered
-correctly**.
-
+{self._grading_instructions(final)}
 ## Rollout service (train questions only)
 
 Play the {n_questions} train questions online, e.g. for RL, with the same run token (`Authorization: Bearer
