@@ -162,6 +162,9 @@ def test_alpacaeval_paper_task_decodes_and_loads_as_the_original(tmp_path):
     rows = task.eval_rows()
     assert rows[3]["reference"] == "Hello person 3, welcome to the team!" and rows[3]["position"] == 3
     assert "512 new tokens" in task.instructions() and "length-controlled win rate" in task.instructions()
+    assert task.missing_data() == []                             # df_gamed.csv lies beside the eval file
+    (tmp_path / "alpaca_eval" / "df_gamed.csv").unlink()
+    assert any("df_gamed.csv" in m for m in task.missing_data())
     from contracts.specs import ConfigError
 
     with pytest.raises(ConfigError, match="chat"):      # alpaca_eval's judge speaks OpenAI's chat completions
@@ -443,5 +446,18 @@ def test_judge_request_without_a_limit_at_the_papers_temperature():
         judge.ask("s", "u")                                     # a2rl's own: greedy, with its limit
         assert fake.requests[-1].body["temperature"] == 0 and fake.requests[-1].body["max_completion_tokens"] == 16
         judge.close()
+    finally:
+        fake.stop()
+
+
+def test_alpacaeval_paper_judge_outage_is_judge_unavailable():
+    """A judge error alpaca_eval does not retry (not a rate limit) stops the evaluation as an infra error (the grader
+    refunds it), never a score."""
+    from evaluators.judging.client import JudgeUnavailable
+
+    fake = FakeUpstream(script=lambda req: Reply(status=500, error="judge overloaded"), expect_key=KEY).start()
+    try:
+        with pytest.raises(JudgeUnavailable, match="InternalServerError"):
+            annotate_with(fake, [{"instruction": "Say hi.", "reference": "Hi."}], ["Hello."])
     finally:
         fake.stop()

@@ -212,6 +212,12 @@ what the win rate would be if your outputs were as long as the reference's), ove
             if not hub_or_local_present(source, probe):
                 out.append(f"{self.name}: {what} {source!r} is neither a local path nor in the Hugging Face cache "
                            "(downloaded at first use: needs the network)")
+        local = self._local_eval_folder()
+        gamed = alpaca_eval_annotator.GAMED_FILE
+        if self.protocol == "paper" and not ((local is not None and (local / gamed).is_file())
+                                             or hub_or_local_present("tatsu-lab/alpaca_eval", gamed)):
+            out.append(f"{self.name}: the LC win rate's {gamed} (hub dataset tatsu-lab/alpaca_eval) is neither beside "
+                       "the local eval file nor in the Hugging Face cache (downloaded at first use: needs the network)")
         return out
 
     @cached_property
