@@ -341,11 +341,11 @@ class ReactExpert:
         return out
 
 
-def paper_dsqa(cache_dir, judge=None):
+def paper_dsqa(cache_dir, judge=None, **extra):
     from contracts.task import load_task
     from tests.test_deepsearchqa import SMALL
 
-    return load_task({**SMALL, "name": "deepsearchqa_paper", "protocol": "paper", "judge": judge}, cache_dir)
+    return load_task({**SMALL, "name": "deepsearchqa_paper", "protocol": "paper", "judge": judge, **extra}, cache_dir)
 
 
 def expert_plans(task):
@@ -375,6 +375,9 @@ def test_deepsearchqa_paper_grader_plays_react_and_judges_every_answer(cache_dir
 
     task = paper_dsqa(cache_dir)
     assert task.decoding() == react.TURN and task.decoding().chat_template is False
+    gpt = {"name": "gpt", "provider": "openai", "model": "gpt-5"}
+    assert paper_dsqa(cache_dir, gpt).judge_driver()["model"] == "gpt-5"
+    assert paper_dsqa(cache_dir, gpt, judge_model="gpt-5.2").judge_driver()["model"] == "gpt-5.2"  # the paper's
     rows = task.eval_rows()
     plans = expert_plans(task)
     env = task.environment()

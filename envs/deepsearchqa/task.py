@@ -53,7 +53,7 @@ class DeepSearchQATask(InteractiveTask):
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
                  hops: list[int], relations: list[str] | None, world: dict, top_k: int, max_steps: int,
                  eval_salt: str | None, data_path: str | None, search: dict | None, eval_workers: int = 0,
-                 judge: dict | None = None):
+                 judge: dict | None = None, judge_model: str | None = None):
         """n_train / n_eval: questions per split (real data: the paper's 100 / 200 unless set otherwise); final_size:
         questions in the held-out final split (None: as many as n_eval); hops: chain lengths of generated questions,
         cycled; relations: the kinds of facts chains use (null: all of envs.deepsearchqa.world.RELATIONS); world:
@@ -61,7 +61,8 @@ class DeepSearchQATask(InteractiveTask):
         set (dataset id or local path) instead of generated questions; search: its backend (an HTTP API's url, or
         local documents); eval_workers: processes stepping eval episodes during grading (0: in the grader's
         process); judge: a driver config (a sweep resolves a conf/driver name) whose LLM decides whether an answer
-        is correct, in place of the exact/alias match."""
+        is correct, in place of the exact/alias match; judge_model (protocol paper): the judge's model becomes this
+        one (the paper's: gpt-5.2; null: the driver's own)."""
         super().__init__(spec)
         name = spec.name
         self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
@@ -94,6 +95,8 @@ class DeepSearchQATask(InteractiveTask):
         self.eval_salt, self.data_path = eval_salt, data_path
         self.eval_workers = int(eval_workers)
         self.judge = judge if isinstance(judge, dict) and judge.get("provider") not in (None, "none") else None
+        if self.judge and judge_model and self.protocol == "paper":
+            self.judge = {**self.judge, "model": judge_model}
 
     def judge_driver(self) -> dict | None:
         return self.judge
