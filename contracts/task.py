@@ -150,6 +150,13 @@ class InteractiveTask(Task):
         parse = self.environment_class.prompt.parse
         return float(parse(completion) == parse(row.get("answer", "")))
 
+    def play(self, rows: list[dict], generate, judge=None) -> dict | None:
+        """A protocol that plays its episodes its own way (DeepSearchQA's paper ReAct loop, with two decodings)
+        returns the grader's result here; `generate(prompts, decoding=None)` decodes a batch (None: the task's
+        decoding()); `judge`: the task's LLM judge when it has one. None (the default): the grader plays the
+        environment's episodes in lockstep."""
+        return None
+
     def judge_episodes(self, result: dict, rows: list[dict], judge) -> dict:
         """The lockstep grader's result, its episodes re-graded by the task's LLM judge (judge_driver()); a task
         whose environment grades alone returns it unchanged."""

@@ -41,11 +41,18 @@ def evaluate_loaded(task: Task, backend: EvaluatorBackend, loaded, rows: list[di
     if max_new_tokens:
         decoding = dataclasses.replace(decoding, max_new_tokens=int(max_new_tokens))
 
-    def generate(prompts: list[Prompt]) -> list[str]:
-        return backend.generate(loaded, prompts, decoding)
+    def generate(prompts: list[Prompt], how=None) -> list[str]:
+        return backend.generate(loaded, prompts, how or decoding)
 
     if isinstance(task, InteractiveTask):
+        result = task.play(rows, generate, judge)  # a protocol with an episode loop of its own
+        if result is not None:
+            return result
         result = lockstep.evaluate(task.environment(), rows, generate, workers=task.eval_workers)
-        return task.judge_episodes(result, rows, judge) if judge is not None else result
+        result = task.judge_episodes(result, rows, judge) if judge is not None else result
+        notes = getattr(task, "approximations", list)()  # where the protocol is only approximately the original's
+        if notes:
+            result = {**result, "flags": [*result.get("flags", []), "approximate"], "approximations": notes}
+        return result
     items = task.score_all(rows, generate([task.messages(row) for row in rows]), judge)
     return {**task.summarize(items, rows), "n": len(items), "items": items}

@@ -146,7 +146,8 @@ def play(env: Environment, instances: Sequence[Instance], generate: Generate, wo
                 s = state[i]
                 s["last"], s["won"] = step, s["won"] or step.won
                 s["done"] = s["won"] or step.done or len(s["actions"]) >= env.max_steps
-    return [{"instance": s["instance"], "won": s["won"], "score": env.score(s["last"]), "steps": len(s["actions"]),
+    return [{"instance": s["instance"], "won": s["won"], "score": env.score(s["last"]),
+             "reward": float(s["last"].reward), "steps": len(s["actions"]),
              "goal": s["goal"], "actions": s["actions"], "replies": s["replies"]} for s in state]
 
 
@@ -157,7 +158,7 @@ def evaluate(env: Environment, rows: list[dict], generate: Generate, workers: in
     by_name = {(split, inst.name): inst for split in splits for inst in env.instances(split)}
     instances = [by_name[row.get("split", "eval"), row["instance"]] for row in rows]
     episodes = play(env, instances, generate, workers)
-    items = [{"id": row["id"], **inst.info, "score": ep["score"], "won": ep["won"],
+    items = [{"id": row["id"], **inst.info, "score": ep["score"], "won": ep["won"], "reward": ep["reward"],
               "steps": ep["steps"], "task": ep["goal"], "commands": ep["actions"],
               "completion": ep["replies"][-1] if ep["replies"] else ""}
              for row, inst, ep in zip(rows, instances, episodes)]
@@ -166,4 +167,6 @@ def evaluate(env: Environment, rows: list[dict], generate: Generate, workers: in
     # that reached their goal is a metric of its own (WebShop's success rate), so it is reported beside it.
     return {"score": 100.0 * sum(item["score"] for item in items) / n if n else 0.0, "n": n, "items": items,
             "metrics": {"success_rate": 100.0 * sum(item["won"] for item in items) / n if n else 0.0,
-                        "mean_steps": sum(item["steps"] for item in items) / n if n else 0.0}}
+                        "mean_steps": sum(item["steps"] for item in items) / n if n else 0.0,
+                        # the last step's reward (WebShop's purchase reward), beside a score that may be successes
+                        "mean_reward": 100.0 * sum(item["reward"] for item in items) / n if n else 0.0}}

@@ -146,7 +146,8 @@ def write_alpaca_data(root):
 
 
 def alpacaeval_config(root, judge, **extra):
-    return {**load_named("task", "alpacaeval", "test"), "eval_data": str(root / "alpaca_eval"),
+    """a2rl's own protocol (the paper's: tests/test_parity_judged.py)."""
+    return {**load_named("task", "alpacaeval", "test"), "protocol": "a2rl", "eval_data": str(root / "alpaca_eval"),
             "train_data": str(root / "alpaca"), "n_train": 20, "judge": judge, "base_model": "tiny",
             "grader": {"backend": "transformers", "batch_size": 12, "max_new_tokens": 12, "num_cpus": 1,
                        "num_gpus": 0}, **extra}

@@ -20,6 +20,7 @@ from envs.webshop import expert
 from envs.webshop.catalogue import GeneratedShop, generate_catalogue, generate_goals
 from envs.webshop.environment import WebShopEnvironment
 from envs.webshop.reward import reward, token_set_ratio
+
 from envs.webshop.search import SearchEngine
 from evaluators.backends.base import EvaluatorBackend
 from evaluators.evaluate import evaluate_loaded
@@ -92,7 +93,7 @@ def test_final_instructions_are_held_out_from_train_and_eval_and_graded(task, ca
     assert [(r["id"], r["split"], r["instance"]) for r in rows] == [
         (f"webshop_t-final-{i}", "final", inst.name) for i, inst in enumerate(env.instances("final"))]
     perfect = evaluate_loaded(task, Policy(expert_of(env, "final")), "scripted", rows, 8)
-    assert perfect["score"] == 100.0 and perfect["n"] == 3
+    assert perfect["score"] == pytest.approx(best_score(env, "final")) and perfect["n"] == 3
     with pytest.raises(ValueError, match="n_products=120 must be at least n_train \\+ n_eval \\+ final_size"):
         load_task({**SMALL, "final_size": 103}, cache_dir)
 
@@ -111,21 +112,24 @@ GOAL = {"asin": "B000000001", "query": "shampoo", "name": PRODUCT["Title"], "nou
 def test_the_reward_formula_on_hand_made_purchases():
     perfect, _ = reward(PRODUCT, GOAL, 12.99, {"size": "16 fl oz", "scent": "lavender"})
     assert perfect == 1.0
-    # wrong size: sizes match exactly only, as in the original (a fuzzy match would take "12 fl oz" for "16 fl oz")
+    # wrong size: "8 fl oz" is no fuzzy match of the goal's ("size", "16 fl oz"), read as "size 16 fl oz"
     wrong_option, info = reward(PRODUCT, GOAL, 12.99, {"size": "8 fl oz", "scent": "lavender"})
     assert wrong_option == pytest.approx(4 / 5) and info["r_option"] == 0.5
-    assert token_set_ratio("16 fl oz", "12 fl oz") == 88 and token_set_ratio("16 fl oz", "8 fl oz") == 83
+    assert token_set_ratio("16 fl oz", "12 fl oz") == 88 and token_set_ratio("8 fl oz", ("size", "16 fl oz")) == 83
     assert token_set_ratio("sea salt", "Salt!") == 100 and token_set_ratio("lavender", "citrus") < 50
     over_budget, info = reward(PRODUCT, GOAL, 25.0, {"size": "16 fl oz", "scent": "lavender"})
     assert over_budget == pytest.approx(4 / 5) and info["r_price"] is False
     no_options, _ = reward(PRODUCT, GOAL, 12.99, {})
     assert no_options == pytest.approx(3 / 5)
+    # each goal option counts once, however many chosen options hit it: never above 1
+    many, info = reward(PRODUCT, GOAL, 12.99, {"a": "16 fl oz", "b": "16 fl oz", "scent": "lavender"})
+    assert many == 1.0 and info["n_option"] == 2
     # an attribute found only in the features counts (the original looks in title, features, description)
     assert reward({**PRODUCT, "Attributes": ["sulfate free"]}, GOAL, 12.99, {})[0] == pytest.approx(3 / 5)
     other_kind = {**PRODUCT, "query": "lipstick", "product_category": "Beauty › Makeup › Lipstick",
-                  "nouns": ["kestrel", "lipstick"], "Title": "Kestrel Lipstick"}
+                  "Title": "Kestrel Lipstick"}
     assert reward(other_kind, GOAL, 12.99, {"size": "16 fl oz", "scent": "lavender"})[0] == 0.0
-    same_kind_other_brand = {**PRODUCT, "nouns": ["kestrel", "shampoo"]}
+    same_kind_other_brand = {**PRODUCT, "Title": "Kestrel Sulfate Free Shampoo"}
     assert reward(same_kind_other_brand, GOAL, 12.99, {"size": "16 fl oz", "scent": "lavender"})[0] == 1.0
 
 
@@ -182,6 +186,7 @@ def test_an_episode_ends_after_max_steps():
 
 def test_the_expert_wins_every_train_instance():
     env = store(n_products=300, n_train=60, max_steps=50)
+    perfect = 0
     for inst in env.instances("train"):
         for episode in (0, 1):
             demos = list(expert.play(env, inst, episode, noise=0.3))
@@ -190,8 +195,15 @@ def test_the_expert_wins_every_train_instance():
             history = list(demos[-1].history) + [demos[-1].action]
             for action in history:
                 last = ep.step(action)
-            assert last.done and last.won and last.reward == 1.0, (inst.name, history)
+            # the target with the instruction's options: the best purchase there is (1.0 but where the original's
+            # colour normalisation reads an option as another word: "dark wash" as "ash")
+            goal = env.goal(inst)
+            target = env.shop.products[goal["asin"]]
+            best = reward(target, goal, target["price"], expert.choices(goal, target))[0]
+            assert last.done and last.won and last.reward == best, (inst.name, history)
             assert demos[-1].action == "click[buy now]" and demos[0].action.startswith("search[")
+            perfect += best == 1.0
+    assert perfect >= 0.8 * 2 * len(env.instances("train"))
 
 
 # ---------------------------------------------------------------------------------------------- grading
@@ -225,6 +237,14 @@ def first_product_then_buy(prompt: str) -> str:
     return next((a for a in actions if a.startswith("click[b0")), "click[back to search]")
 
 
+def best_score(env: WebShopEnvironment, split: str) -> float:
+    """100 x the mean reward of buying each instruction's target with its options: 100 but where the original's
+    colour normalisation reads an option as another word ("dark wash" as "ash")."""
+    best = [reward(p, g, p["price"], expert.choices(g, p))[0]
+            for g in env.goals(split) for p in [env.shop.products[g["asin"]]]]
+    return 100 * sum(best) / len(best)
+
+
 def expert_of(env: WebShopEnvironment, split: str):
     """An expert that reads the target off the instruction, for the split's instructions only (tests only)."""
     from envs.webshop.shop import ShopSession
@@ -247,7 +267,8 @@ def test_grading_plays_every_eval_instruction_in_lockstep(task):
     rows = task.eval_rows()
     env = task.environment()
     perfect = evaluate_loaded(task, Policy(expert_of(env, "eval")), "scripted", rows, 8)
-    assert perfect["score"] == 100.0 and perfect["metrics"]["success_rate"] == 100.0 and perfect["n"] == 6
+    assert perfect["score"] == pytest.approx(best_score(env, "eval"))
+    assert perfect["metrics"]["success_rate"] == 100.0 and perfect["n"] == 6
     assert all(item["won"] and item["commands"][-1] == "click[buy now]" for item in perfect["items"])
     naive = evaluate_loaded(task, Policy(first_product_then_buy), "scripted", rows, 8)
     assert all(item["steps"] == 3 for item in naive["items"])  # search, open, buy: every episode ends bought

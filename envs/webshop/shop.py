@@ -24,13 +24,14 @@ PRODUCT_WINDOW = 10
 END_BUTTON, NEXT_PAGE, PREV_PAGE, BACK_TO_SEARCH = "buy now", "next >", "< prev", "back to search"
 SUB_PAGES = ("description", "features", "reviews")
 SEARCH_ACTION = "search[<query>]"   # how the actions list says that the page has a search bar
-_ACTION_RE = re.compile(r"(.+)\[(.+)\]", re.S)
+_ACTION_RE = re.compile(r"(.+)\[(.+)\]")
 
 
 def parse_action(action: str) -> tuple[str, str | None]:
-    """The original's parse: ``name[argument]`` -> (name, argument), else (action, None)."""
-    m = _ACTION_RE.match(action.strip())
-    return (m.group(1).strip(), m.group(2)) if m else (action.strip(), None)
+    """The original's parse (``web_agent_site/engine/engine.py``): ``name[argument]`` -> (name, argument), else
+    (action, None); nothing stripped, the first line only (``.`` stops at a newline)."""
+    m = _ACTION_RE.match(action)
+    return (m.group(1), m.group(2)) if m else (action, None)
 
 
 class Shop:
@@ -79,6 +80,18 @@ class ShopSession:
             return [BACK_TO_SEARCH, PREV_PAGE]
         return []
 
+    def page_clickables(self) -> list[str]:
+        """The page's clickables as the original's text environment lists them (``get_available_actions``): its
+        buttons in the page's order, then its product links, then its option values, each text once."""
+        if self.page == "search":
+            return ["search"]
+        if self.page == "results":
+            return self.clickables()
+        if self.page == "item":
+            values = [v for vs in self._product()["options"].values() for v in vs]
+            return list(dict.fromkeys([BACK_TO_SEARCH, PREV_PAGE, *SUB_PAGES, END_BUTTON, *values]))
+        return self.clickables()
+
     def actions(self) -> list[str]:
         """What can be done on this page: ``search[<query>]`` where there is a search bar, and each clickable."""
         return ([SEARCH_ACTION] if self.page == "search" else []) + [f"click[{c}]" for c in self.clickables()]
@@ -92,8 +105,9 @@ class ShopSession:
         if self.done:
             return self.observation(), 0.0, True
         name, arg = parse_action(action)
-        arg = arg.strip().lower() if arg is not None else None
-        if name == "search" and arg:
+        arg = arg.lower() if arg is not None else None  # as the original: lower-cased, not stripped
+        if name == "search" and arg:  # "search[  ]" too: the original searches for nothing
+            arg = arg.strip()
             self.keywords, self.results, self.number = arg, self.shop.engine.search(arg), 1
             self.page, self.asin, self.options = "results", None, {}
         elif name == "click" and arg and arg != "search" and arg in self.clickables():

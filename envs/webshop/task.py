@@ -16,21 +16,27 @@ import os
 from functools import cached_property
 from pathlib import Path
 
+from contracts.decoding import Decoding
 from contracts.file_lock import locked
 from contracts.registry import register
 from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
-from envs.webshop import prompt
+from envs.webshop import paper_prompt, prompt
 from envs.webshop.environment import WebShopEnvironment
-from envs.webshop.reward import SUCCESS
+from envs.webshop.reward import SUCCESS, spacy_model_note
 
 SALT_FILE = "webshop-eval-salt"
-VERSION = 1  # of the generator, the expert and the rows: bump when what they produce changes
+VERSION = 2  # of the generator, the expert and the rows: bump when what they produce changes (2: the original's reward)
 
 
 @register("task", "webshop")
 class WebShopTask(InteractiveTask):
     environment_class = WebShopEnvironment
+    # a2rl: its own prompt (envs.webshop.prompt), the model's decoding, score = mean final reward (the CPU twin's);
+    # paper: RD-Agent's WebShop evaluator (envs.webshop.paper_prompt, 100 tokens, stop at a newline, repetition
+    # penalty 1.0), score = success rate (reward >= 0.5), WebShop's synthetic goals over items_shuffle_1000 when
+    # data_path is given. Both use the original's reward (envs.webshop.reward).
+    protocols = ("a2rl", "paper")
 
     def __init__(self, spec: TaskSpec, *, n_products: int, n_train: int, n_eval: int, final_size: int | None,
                  seed: int, product_types: list[str] | None, max_steps: int, expert_episodes: int,
@@ -52,6 +58,9 @@ class WebShopTask(InteractiveTask):
         if not data_path and n_products < n_train + n_eval + n_final:
             raise ValueError(f"task {name}: n_products={n_products} must be at least n_train + n_eval + final_size "
                              f"({n_train + n_eval + n_final}): each instruction targets its own product")
+        if server_url and spec.protocol == "paper":
+            raise ValueError(f"task {name}: server_url is not supported under protocol paper (its prompt shows the "
+                             "pages after the last actions, which the remote client does not keep); drop server_url")
         if server_url and not data_path:
             raise ValueError(f"task {name}: server_url={server_url!r} needs data_path, the data/ folder that server "
                              "loads: the instructions, their sessions and the train rows come from it")
@@ -75,7 +84,8 @@ class WebShopTask(InteractiveTask):
         if self.data_path:
             from envs.webshop.real_data import UpstreamShop
 
-            return UpstreamShop(self.data_path, self.n_train, self.n_eval, self.seed, self.n_final)
+            return UpstreamShop(self.data_path, self.n_train, self.n_eval, self.seed, self.n_final,
+                                paper=self.protocol == "paper")
         from envs.webshop.catalogue import GeneratedShop
 
         return GeneratedShop(self.n_products, self.n_train, self.n_eval, self.seed, self._salt(), self.product_types,
@@ -84,7 +94,7 @@ class WebShopTask(InteractiveTask):
     @cached_property
     def _local(self) -> WebShopEnvironment:
         """The store in this process: the expert plays it for the train rows."""
-        return WebShopEnvironment(self._data, self.max_steps)
+        return WebShopEnvironment(self._data, self.max_steps, self.protocol)
 
     @cached_property
     def _environment(self) -> WebShopEnvironment:
@@ -104,6 +114,8 @@ class WebShopTask(InteractiveTask):
         """CACHE_DIR/grading/webshop/<key>: the key covers everything that decides the train rows."""
         spec = [VERSION, self.n_products, self.n_train, self.seed, self.product_types, self.max_steps,
                 str(self.data_path or "")]
+        if self.protocol != "a2rl":  # its rows are rendered in another prompt (and, with data, other goals)
+            spec.append(self.protocol)
         if self.data_path:  # a small upstream set's train instructions start after the eval and final ones
             spec += [self.n_eval, self.n_final]
         key = hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
@@ -111,7 +123,7 @@ class WebShopTask(InteractiveTask):
 
     def _demonstrations(self):
         env = self._local
-        if self.data_path:
+        if self.data_path and self.protocol == "a2rl":  # the humans shopped for the human instructions only
             from envs.webshop.real_data import human_demonstrations
 
             demos = human_demonstrations(self.data_path, env)
@@ -138,13 +150,87 @@ class WebShopTask(InteractiveTask):
     def train_rows(self) -> list[dict]:
         return [dict(row) for row in self._train]
 
+    def decoding(self) -> Decoding:
+        if self.protocol == "paper":  # RD-Agent's SamplingParams(temperature=0, max_tokens=100, stop=["\n"])
+            return Decoding(paper_prompt.MAX_NEW_TOKENS, paper_prompt.STOP, repetition_penalty=1.0)
+        return super().decoding()
+
+    def approximations(self) -> list[str]:
+        """Where this grading is not the original's exactly (the record names each; the score is approximate)."""
+        out = []
+        if self.protocol == "paper":
+            if not self.data_path:
+                out.append("goals: a2rl's generated store stands in for WebShop's synthetic goals over "
+                           "items_shuffle_1000 (no data_path)")
+            else:
+                out.append("search: BM25 (bm25s) where the original runs pyserini's Lucene index; price bounds "
+                           "seeded where the original draws them unseeded")
+            note = spacy_model_note()
+            if note["approximate"]:
+                out.append(f"reward: spaCy model {note['spacy_model']} {note['spacy_model_version']} where the "
+                           f"original loads {note['original']}")
+        return out
+
 
     # -- the agent's view ---------------------------------------------------------------------------------------
+    def _grading_text(self) -> str:
+        final = f" (a held-out final split has {self.n_final} more)" if self.n_final else ""
+        head = f"The hidden eval split has {self.n_eval} other instructions, for other products of the same catalogue"
+        if self.protocol == "paper":
+            return f"""{head}{final}. The grader plays them as the original benchmark's evaluator (RD-Agent's WebShop
+eval.py) does: for each, it opens the search page and, every step, renders a system message and a user message with
+the submitted model's own chat template (`apply_chat_template(..., add_generation_prompt=True)`) and decodes
+greedily, at most {paper_prompt.MAX_NEW_TOKENS} new tokens, stopping at the first newline, repetition penalty 1.0:
+
+    system:    {paper_prompt.SYSTEM_PROMPT}
+    user:      {paper_prompt.HEADER}
+
+               Instruction: Instruction: <the instruction>
+
+               Available actions:
+                 search[<your query>]         (on the search page)
+                 click[<clickable>]           (each of the page's, e.g. click[buy now], click[b0abc12345])
+
+               Rules: ... (four lines)
+
+               Now it's your turn:
+
+               Observation k: <the page after action k>   (the last {paper_prompt.HISTORY_WINDOW} steps)
+               Action k: <action k>
+
+               Observation n+1: <the current page>
+               Action n+1:
+
+The reply is stripped, a leading `Action:` dropped, `choose[` read as `click[`, and the page reads the rest as
+`name[argument]` (argument lower-cased); anything else does nothing. The train rows' `messages` are exactly these
+prompts. All eval episodes are played in lockstep, in batches."""
+        return f"""{head}{final}. For each, the grader opens the search page and, every step, renders this chat
+with the submitted model's own chat template (`apply_chat_template(..., add_generation_prompt=True)`) and decodes
+greedily, at most {self.grader.max_new_tokens} new tokens, stopping at the eos token:
+
+    system:    {prompt.SYSTEM_PROMPT}
+    user:      Instruction: <the instruction>
+               Previous actions: <a1>; <a2>; ... (the last {prompt.MAX_HISTORY}, or "none")
+               Observation: <the page's text, parts separated by " [SEP] ">
+               Available actions:
+               <one per line: search[<query>] on the search page, click[...] for each button>
+               Reply with the next action.
+
+The reply's first non-empty line is the action ("Action:" prefixes, quotes, a trailing period and the case of a
+click are forgiven; `choose[...]` means `click[...]`). All eval episodes are played in lockstep, in batches."""
+
     def instructions(self) -> str:
         rows = self._train
+        if self.protocol == "paper":
+            score_text = (f"The score of a submission is **the success rate**: 100 x the share of the hidden eval "
+                          f"instructions whose purchase earns {SUCCESS} or more (0 for an episode that buys nothing); "
+                          "the mean final reward (x100) is reported beside it.")
+        else:
+            score_text = ("The score of a submission is **100 x the mean final reward** over the hidden eval "
+                          "instructions (0 for an episode that buys nothing); the success rate (reward >= "
+                          f"{SUCCESS}, x100) is reported beside it.")
         example = rows[min(1, len(rows) - 1)]
         limit, idle = self.rollout.max_sessions_per_run, self.rollout.idle_timeout_s
-        final = f" (a held-out final split has {self.n_final} more)" if self.n_final else ""
         default = "WebShop: find and buy the product an instruction asks for in a web store."
         return f"""{self.description.strip() or default}
 
@@ -167,8 +253,7 @@ page and the actions available on it, and replies with one action. An episode en
 
 Buying gives WebShop's reward in [0, 1]: the share of the instruction's attributes the product has, of its options
 that were chosen, and whether the price is under the bound, times a type factor (0 when the product is of another
-kind). The score of a submission is **100 x the mean final reward** over the hidden eval instructions (0 for an
-episode that buys nothing); the success rate (reward >= {SUCCESS}, x100) is reported beside it.
+kind). {score_text}
 
 ## Data
 
@@ -189,21 +274,7 @@ Example:
 
 ## How the grader plays and scores
 
-The hidden eval split has {self.n_eval} other instructions, for other products of the same catalogue{final}. For
-each, the grader opens the search page and, every step, renders this chat with the submitted model's own chat
-template (`apply_chat_template(..., add_generation_prompt=True)`) and decodes greedily, at most
-{self.grader.max_new_tokens} new tokens, stopping at the eos token:
-
-    system:    {prompt.SYSTEM_PROMPT}
-    user:      Instruction: <the instruction>
-               Previous actions: <a1>; <a2>; ... (the last {prompt.MAX_HISTORY}, or "none")
-               Observation: <the page's text, parts separated by " [SEP] ">
-               Available actions:
-               <one per line: search[<query>] on the search page, click[...] for each button>
-               Reply with the next action.
-
-The reply's first non-empty line is the action ("Action:" prefixes, quotes, a trailing period and the case of a
-click are forgiven; `choose[...]` means `click[...]`). All eval episodes are played in lockstep, in batches.
+{self._grading_text()}
 
 ## Rollout service (train instructions only)
 

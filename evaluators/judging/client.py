@@ -20,16 +20,19 @@ class JudgeUnavailable(InfraError):
 CHAT_PROVIDERS = ("openai", "openai-compatible", "anthropic", "gemini")
 
 
-def chat_request(driver: dict, system: str, user: str, max_tokens: int,
+def chat_request(driver: dict, system: str, user: str, max_tokens: int | None,
                  temperature: float | None = 0) -> tuple[str, dict, dict]:
     """(path, JSON body, headers other than the key) of one system + user message in the driver's protocol.
-    temperature None leaves the provider's default (reasoning models refuse any other value)."""
+    temperature None leaves the provider's default (reasoning models refuse any other value); max_tokens None sends
+    no limit where the protocol allows it (OpenAI's; RD-Agent's judge sets none)."""
     provider, model = driver["provider"], driver.get("model")
     sampling = {} if temperature is None else {"temperature": temperature}
     if provider in ("openai", "openai-compatible"):
+        limit = {} if max_tokens is None else {"max_completion_tokens": max_tokens}
         return "/v1/chat/completions", {
-            "model": model, **sampling, "max_completion_tokens": max_tokens,
+            "model": model, **sampling, **limit,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}, {}
+    max_tokens = 4096 if max_tokens is None else max_tokens  # the protocols below require a limit
     if provider == "anthropic":
         return "/v1/messages", {"model": model, **sampling, "max_tokens": max_tokens, "system": system,
                                 "messages": [{"role": "user", "content": user}]}, {"anthropic-version": "2023-06-01"}
@@ -52,10 +55,10 @@ def reply_text(provider: str, data: dict) -> str:
 
 
 def chat(client: httpx.Client, proxy_url: str, key: str, driver: dict, system: str, user: str,
-         max_tokens: int) -> str:
-    """The reply's text to one system + user message, greedy (temperature 0)."""
+         max_tokens: int | None, temperature: float | None = 0) -> str:
+    """The reply's text to one system + user message, greedy (temperature 0) unless told otherwise."""
     try:
-        path, body, headers = chat_request(driver, system, user, max_tokens)
+        path, body, headers = chat_request(driver, system, user, max_tokens, temperature)
     except ValueError:
         raise ValueError(f"judge driver {driver.get('name')!r}: provider {driver['provider']!r} cannot judge") \
             from None

@@ -46,26 +46,28 @@ class LLMJudge:
         self.concurrency = concurrency
         self.client = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=concurrency))
         self.sample = 0  # > 0: keep this many (prompt, reply) pairs to ask again (repeat_agreement)
-        self.asked: list[tuple[str, str, str]] = []
+        self.asked: list[tuple] = []  # (system, user, reply, temperature, max_tokens)
 
     @property
     def identity(self) -> dict:
         return {"kind": "llm", "provider": self.driver["provider"], "model": self.driver.get("model"),
                 "base_url": self.driver.get("base_url"), "version": JUDGE_VERSION}
 
-    def ask(self, system: str, user: str) -> str:
-        """One greedy reply: what a task with a rubric of its own (deepsearchqa's answer check) asks."""
-        reply = chat(self.client, self.proxy_url, self.key, self.driver, system, user, self.max_tokens)
+    def ask(self, system: str, user: str, temperature: float | None = 0, max_tokens: int | None = -1) -> str:
+        """One reply (greedy unless told otherwise; max_tokens -1: the judge's own, None: no limit): what a task with
+        a rubric of its own (deepsearchqa's answer check) asks."""
+        max_tokens = self.max_tokens if max_tokens == -1 else max_tokens
+        reply = chat(self.client, self.proxy_url, self.key, self.driver, system, user, max_tokens, temperature)
         if len(self.asked) < self.sample:
-            self.asked.append((system, user, reply))
+            self.asked.append((system, user, reply, temperature, max_tokens))
         return reply
 
     def repeat_agreement(self) -> dict:
         """The kept prompts asked once more: the share of identical replies. A provider at temperature 0 is not
         bound to be deterministic; this says how far this judge is, on a sample."""
         kept, self.sample = list(self.asked), 0
-        same = sum(chat(self.client, self.proxy_url, self.key, self.driver, system, user, self.max_tokens) == reply
-                   for system, user, reply in kept)
+        same = sum(chat(self.client, self.proxy_url, self.key, self.driver, system, user, max_tokens,
+                        temperature) == reply for system, user, reply, temperature, max_tokens in kept)
         return {"n": len(kept), "agreement": same / len(kept) if kept else None}
 
     def compare(self, instruction: str, first: str, second: str, row: dict) -> str:

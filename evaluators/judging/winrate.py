@@ -5,9 +5,10 @@ The length-controlled win rate is AlpacaEval 2.0's (Dubois et al., 2024): a logi
 tanh(standardised length difference) and a model term (plus instruction difficulty when the rows carry it), fitted
 with probabilistic labels and 5-fold grouped cross-validation exactly as alpaca_eval.metrics.glm_winrate fits it, then
 the win rate it predicts with the length difference set to zero. alpaca_eval's `length_controlled_v1` also
-regularises towards two gamed baselines from a hub file (df_gamed.csv); that file is not here, so this is its
-`length_controlled_noreg` (with difficulty) or `length_controlled_minimal` (without). tests/test_judging.py checks
-the numbers against the library on a fixed table.
+regularises towards two gamed baselines from a hub file (df_gamed.csv); a2rl's own protocol needs no hub file, so
+this is its `length_controlled_noreg` (with difficulty) or `length_controlled_minimal` (without). tests/test_judging.py
+checks the numbers against the library on a fixed table. The paper protocol calls the library's own function, with
+the regularisation (alpaca_eval_annotator.length_controlled).
 """
 from __future__ import annotations
 

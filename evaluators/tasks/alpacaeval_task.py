@@ -11,6 +11,20 @@ Data, by dataset id (fetched once into the Hugging Face cache) or local path:
 split then lacks; 0, the default, judges all of them as the paper does.
 The judge is a driver config (task.judge: a conf/driver name or a whole config); the grader opens it a metered key
 on the driver proxy for each evaluation. `alpacaeval_offline` (instruct_offline_task.py) is the twin with no key.
+
+Protocols (`protocol:` in the config):
+- `paper`, as RD-Agent's benchmarks/alpacaeval/eval.py grades: the reference outputs of AlpacaEval 2.0
+  (`alpaca_eval_gpt4_baseline.json`, gpt4_1106_preview's); greedy decoding of 512 new tokens with repetition penalty
+  1.0, the reply stripped; the judge is the alpaca_eval package's own annotator (its ranking prompt with a forced
+  tool call, its parser, its seeded order swap: evaluators/judging/alpaca_eval_annotator.py), preference 1 or 2
+  (1.5 only for an output equal to the reference, which the package does not send); the score is the package's
+  length-controlled win rate with its regularisation (`length_controlled_v1`, df_gamed.csv from the same hub dataset,
+  or beside a local eval file). An unreadable judge reply is dropped from the win rate and kept in the LC table, as
+  the package does, and counted (`unparsed`).
+- `a2rl`, a2rl's own: AlpacaEval 1.0's reference outputs (`alpaca_eval.json`, text-davinci-003's), the grader's
+  max_new_tokens (1024) with the model's own repetition penalty, a short judge prompt of a2rl's (pairwise.py) where an
+  unreadable reply is a draw, and the LC GLM without the gamed-baseline regularisation (winrate.py), which needs no
+  hub file.
 """
 from __future__ import annotations
 
@@ -18,14 +32,19 @@ import json
 from functools import cached_property
 from pathlib import Path
 
+from contracts.decoding import Decoding
 from contracts.registry import register
 from contracts.specs import ConfigError
 from contracts.task import Task, split_off_final
 from contracts.task_spec import TaskSpec
+from evaluators.judging import alpaca_eval_annotator
 from evaluators.judging.pairwise import judge_all
 from evaluators.judging.winrate import length_controlled_win_rate, win_rate
 
 METRICS = ("lc_win_rate", "win_rate")
+EVAL_FILES = {"paper": "alpaca_eval_gpt4_baseline.json",  # AlpacaEval 2.0: gpt4_1106_preview's outputs
+              "a2rl": "alpaca_eval.json"}                 # AlpacaEval 1.0: text-davinci-003's
+PAPER_MAX_NEW_TOKENS = 512  # RD-Agent's eval_config max_tokens
 
 
 class PairwiseTask(Task):
@@ -86,23 +105,96 @@ order. The score, 0-100, is {headline}, over the hidden eval instructions.
 
 @register("task", "alpacaeval")
 class AlpacaEvalTask(PairwiseTask):
+    protocols = ("a2rl", "paper")
+
     def __init__(self, spec: TaskSpec, *, judge: dict | None, eval_data: str = "tatsu-lab/alpaca_eval",
                  train_data: str = "tatsu-lab/alpaca", n_train: int = 2000, n_eval: int | None = None,
-                 final_size: int = 0, judge_seed: int = 0, metric: str = "lc_win_rate"):
+                 final_size: int = 0, judge_seed: int = 0, metric: str = "lc_win_rate", eval_file: str | None = None,
+                 annotators_config: str = alpaca_eval_annotator.PACKAGE_ANNOTATOR, judge_model: str | None = None):
         """judge: a driver config (conf/driver/<name>.yaml's contents; a sweep resolves a name). n_eval: the first
         n feedback rows only (None: all), for a cheaper run that is not the paper's number. final_size: eval rows
-        held out as the final split (0: none)."""
+        held out as the final split (0: none). eval_file: the reference outputs' file in eval_data (None: the
+        protocol's, EVAL_FILES). annotators_config (protocol paper): alpaca_eval's annotator, a config name of the
+        package or a folder (RD-Agent's annotators_gpt52_fn is the package's alpaca_eval_gpt4_turbo_fn with model
+        gpt-5.2); its model is the judge driver's, or judge_model (protocol paper: the paper's is gpt-5.2)."""
         super().__init__(spec, judge_seed, metric)
         if not isinstance(judge, dict) or not judge.get("provider") or judge.get("provider") == "none":
             raise ConfigError(f"task {spec.name}: an LLM judge is required (task.judge=NAME of a conf/driver file, "
                               "e.g. gpt or local-vllm); without a key, use task=alpacaeval_offline")
-        self.judge = judge
+        self.judge = {**judge, "model": judge_model} if judge_model and self.protocol == "paper" else judge
         self.eval_data, self.train_data = eval_data, train_data
+        self.eval_file = eval_file or EVAL_FILES[self.protocol]
         self.n_train, self.n_eval = int(n_train), (None if n_eval is None else int(n_eval))
         self.final_size = int(final_size)
+        self.annotators_config = annotators_config
+        if self.protocol == "paper":
+            if metric != "lc_win_rate":
+                raise ConfigError(f"task {spec.name}: protocol paper reports the LC win rate; metric={metric!r}")
+            alpaca_eval_annotator.build_annotator(self.judge, annotators_config)  # a bad config or judge fails here
 
     def judge_driver(self) -> dict | None:
         return self.judge
+
+    # -- the paper protocol ---------------------------------------------------------------------------------------
+    def decoding(self) -> Decoding:
+        if self.protocol == "paper":
+            return Decoding(max_new_tokens=PAPER_MAX_NEW_TOKENS, repetition_penalty=1.0)
+        return super().decoding()
+
+    def score_all(self, rows: list[dict], completions: list[str], judge=None) -> list[dict]:
+        if self.protocol != "paper":
+            return super().score_all(rows, completions, judge)
+        if judge is None:
+            raise RuntimeError(f"task {self.name}: its judge ({self.judge.get('name')}) was not opened; the grading "
+                               "service opens it on the driver proxy")
+        outputs = [c.strip() for c in completions]  # RD-Agent strips the reply
+        identity = alpaca_eval_annotator.annotator_identity(judge.driver, self.annotators_config)
+        cache = self.judgement_cache()
+        keys = [alpaca_eval_annotator.judgement_key(identity, r["instruction"], r["reference"], out)
+                for r, out in zip(rows, outputs)]
+        held = [cache.get(k) for k in keys]
+        ask = [i for i, h in enumerate(held) if h is None]
+        asked = alpaca_eval_annotator.annotate(judge, [rows[i] for i in ask], [outputs[i] for i in ask],
+                                               self.annotators_config)
+        for i, judgement in zip(ask, asked):
+            cache.put(keys[i], judgement)
+            held[i] = {**judgement, "fresh": True}
+        return [{"id": r["id"], "completion": out, "preference": h["preference"],
+                 "score": None if h["preference"] is None else h["preference"] - 1.0,
+                 "raw_completion": h["raw_completion"], "cached": "fresh" not in h, "output_len": len(out),
+                 "reference_len": len(r["reference"])} for r, out, h in zip(rows, outputs, held)]
+
+    def summarize(self, items: list[dict], rows: list[dict]) -> dict:
+        if self.protocol != "paper":
+            return super().summarize(items, rows)
+        lc = alpaca_eval_annotator.length_controlled(
+            [i["preference"] for i in items], [r["reference"] for r in rows], [i["completion"] for i in items],
+            [r["position"] for r in rows], self._local_eval_folder())
+        metrics = {"lc_win_rate": lc["length_controlled_winrate"], "win_rate": lc["win_rate"],
+                   "lc_standard_error": lc["lc_standard_error"], "discrete_win_rate": lc["discrete_win_rate"],
+                   "draws": sum(i["preference"] == 1.5 for i in items),
+                   "unparsed": sum(i["preference"] is None for i in items),
+                   "judgements_cached": sum(i["cached"] for i in items)}
+        return {"score": metrics["lc_win_rate"], "metrics": metrics}
+
+    def judging_instructions(self) -> str:
+        if self.protocol != "paper":
+            return super().judging_instructions()
+        return f"""## How the grader asks and scores (the paper's protocol: RD-Agent's AlpacaEval 2.0 evaluator)
+
+For each eval instruction the grader renders one chat message `{{"role": "user", "content": instruction}}` with the
+submitted model's own chat template, decodes greedily with at most {PAPER_MAX_NEW_TOKENS} new tokens (repetition
+penalty 1.0) and stops at the tokenizer's end-of-sequence token (so your submission needs a chat template and a
+correct `eos_token`); the reply is stripped. An LLM judge (`{self.judge.get('model')}`) then ranks your output
+against AlpacaEval 2.0's reference output (GPT-4 Turbo's, `alpaca_eval_gpt4_baseline.json`) with the alpaca_eval
+package's own annotator (`{Path(self.annotators_config).name}`: its ranking prompt, a forced tool call, the two
+outputs in a seeded order). The score, 0-100, is alpaca_eval's **length-controlled win rate** (`length_controlled_v1`:
+what the win rate would be if your outputs were as long as the reference's), over the hidden eval instructions.
+"""
+
+    def _local_eval_folder(self) -> Path | None:
+        local = Path(self.eval_data).expanduser()
+        return (local if local.is_dir() else local.parent) if local.exists() else None
 
     def hidden_paths(self) -> list[Path]:
         """The eval set's local copy, or its entry in the Hugging Face cache (it holds the reference outputs)."""
@@ -115,11 +207,17 @@ class AlpacaEvalTask(PairwiseTask):
 
     def missing_data(self) -> list[str]:
         out = []
-        for what, source, probe in (("eval set", self.eval_data, "alpaca_eval.json"),
+        for what, source, probe in (("eval set", self.eval_data, self.eval_file),
                                     ("train set", self.train_data, "README.md")):
             if not hub_or_local_present(source, probe):
                 out.append(f"{self.name}: {what} {source!r} is neither a local path nor in the Hugging Face cache "
                            "(downloaded at first use: needs the network)")
+        local = self._local_eval_folder()
+        gamed = alpaca_eval_annotator.GAMED_FILE
+        if self.protocol == "paper" and not ((local is not None and (local / gamed).is_file())
+                                             or hub_or_local_present("tatsu-lab/alpaca_eval", gamed)):
+            out.append(f"{self.name}: the LC win rate's {gamed} (hub dataset tatsu-lab/alpaca_eval) is neither beside "
+                       "the local eval file nor in the Hugging Face cache (downloaded at first use: needs the network)")
         return out
 
     @cached_property
@@ -133,7 +231,7 @@ class AlpacaEvalTask(PairwiseTask):
 
     def _row(self, split: str, index: int, item: dict) -> dict:
         row = {"id": f"{self.name}-{split}-{index}", "prompt": item["instruction"], "instruction": item["instruction"],
-               "reference": item["output"], "answer": item["output"]}
+               "reference": item["output"], "answer": item["output"], "position": item["position"]}
         if "instruction_difficulty" in item:
             row["instruction_difficulty"] = float(item["instruction_difficulty"])
         return row
@@ -141,7 +239,8 @@ class AlpacaEvalTask(PairwiseTask):
     @cached_property
     def _hidden(self) -> tuple[list[dict], list[dict]]:
         """(feedback split, final split) of the eval set."""
-        rest, final = split_off_final(load_alpaca_eval(self.eval_data), self.final_size, self.name)
+        items = [{**item, "position": i} for i, item in enumerate(load_alpaca_eval(self.eval_data, self.eval_file))]
+        rest, final = split_off_final(items, self.final_size, self.name)
         return ([self._row("eval", i, item) for i, item in enumerate(rest[:self.n_eval])],
                 [self._row("final", i, item) for i, item in enumerate(final)])
 
@@ -186,19 +285,20 @@ def hub_or_local_present(source: str, probe: str) -> bool:
         return False
 
 
-def load_alpaca_eval(source: str) -> list[dict]:
-    """tatsu-lab/alpaca_eval's alpaca_eval.json: a local file or folder, else the dataset id on the hub."""
+def load_alpaca_eval(source: str, filename: str = "alpaca_eval.json") -> list[dict]:
+    """A reference-outputs file of tatsu-lab/alpaca_eval (alpaca_eval.json, alpaca_eval_gpt4_baseline.json): a
+    local file or a folder holding it, else the dataset id on the hub."""
     path = Path(source).expanduser()
     if path.is_dir():
-        path = path / "alpaca_eval.json"
+        path = path / filename
     if not path.exists():
         try:
             from huggingface_hub import hf_hub_download
 
-            path = Path(hf_hub_download(repo_id=source, filename="alpaca_eval.json", repo_type="dataset"))
+            path = Path(hf_hub_download(repo_id=source, filename=filename, repo_type="dataset"))
         except Exception as e:
             raise ConfigError(f"alpacaeval: cannot load the eval set {source!r} ({type(e).__name__}: {e}); point "
-                              "task.eval_data at a local alpaca_eval.json, or use task=alpacaeval_offline") from None
+                              f"task.eval_data at a local {filename}, or use task=alpacaeval_offline") from None
     rows = json.loads(path.read_text())
     bad = [i for i, r in enumerate(rows) if not {"instruction", "output"} <= set(r)]
     if bad:

@@ -34,7 +34,7 @@ from agents.proxy.usage import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES,
 @dataclass
 class ToolCall:
     name: str
-    arguments: dict
+    arguments: dict | str               # a str is sent as it is (a recorded or malformed reply)
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
 
 
@@ -63,6 +63,10 @@ class FakeRequest:
 
 
 Script = Callable[[FakeRequest], Reply]
+
+
+def _arguments(call: ToolCall) -> str:
+    return call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
 
 
 def default_script(req: FakeRequest) -> Reply:
@@ -231,7 +235,7 @@ def chat_usage(u: Usage) -> dict:
 
 def _chat_tool_calls(reply: Reply) -> list[dict]:
     return [{"id": "call_" + c.id, "type": "function",
-             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in reply.tool_calls]
+             "function": {"name": c.name, "arguments": _arguments(c)}} for c in reply.tool_calls]
 
 
 def chat_json(reply: Reply, model: str, u: Usage) -> dict:
