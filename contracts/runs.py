@@ -27,6 +27,7 @@ NAMESPACE = "a2rl"  # explicit: Serve replicas live in their own namespace
 class RunRegistry:
     def __init__(self, journal: str | None = None):
         self.runs: dict[str, dict] = {}
+        self.lookups = {"get": 0, "open_tokens": 0}  # the questions routers ask on their hot path, counted
         self.journal = None
         if journal is not None:
             path = Path(journal)
@@ -62,12 +63,18 @@ class RunRegistry:
                             "best": None, "scores": [], "sessions": set(), "final": None}
 
     def get(self, token: str) -> dict | None:
+        self.lookups["get"] += 1
         run = self.runs.get(token)
         return None if run is None or run["closed"] else view(run)
 
     def open_tokens(self) -> list[str]:
         """The tokens of the runs open now: what the rollout routers check requests against (OpenRuns)."""
+        self.lookups["open_tokens"] += 1
         return [token for token, run in self.runs.items() if not run["closed"]]
+
+    def lookup_counts(self) -> dict:
+        """How often each lookup was asked since this process started (the benchmark's registry calls per step)."""
+        return dict(self.lookups)
 
     def peek(self, token: str) -> dict | None:
         """Like get, but also for closed runs (the orchestrator's view)."""
@@ -222,12 +229,14 @@ class RunRegistry:
 
 class OpenRuns:
     """Which run tokens are open, as one process (a rollout router) knows them without asking the registry per
-    request: a snapshot of the registry's open tokens, refreshed in the background while requests come.
+    request: a snapshot of the registry's open tokens, refreshed in the background while requests come (an idle
+    process asks nothing).
 
-    A token in a snapshot asked for less than `fresh_s` ago is open; any other token (a run registered since, a
-    closed or unknown one) and any token once the snapshot is older (the registry slow or restarting) is asked of
-    the registry, as before. So a run closed is refused at most `fresh_s` after its close returned: the snapshot
-    that still held it was asked for before that. An idle process asks nothing."""
+    A token is open when it is in a snapshot asked for less than `fresh_s` ago; once the snapshot is older (no
+    requests for a while, the registry slow or restarting) a request waits for the next one. A token not in the
+    snapshot (a run registered since it was asked for, a closed or unknown one) is asked of the registry, and kept
+    when open: a sequential client's token is asked at most twice per process. A closed run is refused at most
+    `fresh_s` after its close returned: any snapshot or answer that still held it was asked for before that."""
 
     def __init__(self, registry, refresh_s: float = 0.25, fresh_s: float = 1.0):
         self.registry, self.refresh_s, self.fresh_s = registry, refresh_s, fresh_s
@@ -236,14 +245,20 @@ class OpenRuns:
         self.refreshing = None
 
     async def is_open(self, token: str) -> bool:
-        age = time.monotonic() - self.asked_at
-        if age >= self.refresh_s and self.refreshing is None:
-            import asyncio
+        import asyncio
 
+        if time.monotonic() - self.asked_at >= self.refresh_s and self.refreshing is None:
             self.refreshing = asyncio.ensure_future(self._refresh())
-        if age < self.fresh_s and token in self.tokens:
+        if time.monotonic() - self.asked_at >= self.fresh_s and self.refreshing is not None:
+            await asyncio.shield(self.refreshing)
+        if time.monotonic() - self.asked_at < self.fresh_s and token in self.tokens:
             return True
-        return await self.registry.get.remote(token) is not None
+        asked = time.monotonic()
+        if await self.registry.get.remote(token) is None:
+            return False
+        if asked >= self.asked_at:  # not older than the snapshot: it holds until the snapshot is refreshed
+            self.tokens = self.tokens | {token}
+        return True
 
     async def _refresh(self) -> None:
         asked = time.monotonic()
