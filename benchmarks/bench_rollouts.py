@@ -5,11 +5,11 @@ environment in this process against the service (HTTP, Serve router, host actors
                                         [--hosts 2] [--episodes 64] [--horizon 20]
 
 Per environment: one session stepped one request at a time (POST /env/step) against one episode in process (steps/s,
-p50/p99 a step, the p50 overhead); batches of 16 and 64 sessions stepped with one POST /env/step_batch each (steps/s,
-p50/p99 of a batch and per step); and a GRPO-shaped round, `episodes` episodes in lockstep to completion (done, or
-`horizon` steps) with a scripted policy, through the agent client (a2rl_client.Env: one reset batch, one step batch
-per lockstep step) against the same round in process. Also counts the run registry's lookups: routers check tokens
-against their snapshot of open runs, not the registry.
+p50/p99 a step, the p50 overhead, and Serve's own part: GET /env/health); batches of 16 and 64 sessions stepped with
+one POST /env/step_batch each (steps/s, p50/p99 of a batch and per step); and a GRPO-shaped round, `episodes`
+episodes in lockstep to completion (done, or `horizon` steps) with a scripted policy, through the agent client
+(a2rl_client.Env: one reset batch, one step batch per lockstep step) against the same round in process. Also counts
+the run registry's lookups: routers check tokens against their snapshot of open runs, not the registry.
 
 Starts its own Ray on 127.0.0.1 and Serve on a free loopback port; tasks are built (or found) under $A2RL_CACHE_DIR
 (default: a temp dir). The scripted policies never end an episode in the throughput phases (so no answer comes from a
@@ -113,6 +113,16 @@ def service_steps(http, url: str, headers: dict, policy: Scripted, steps: int) -
     return summary(lat, steps, wall)
 
 
+def serve_alone(http, url: str, requests: int) -> dict:
+    """GET /env/health: HTTP, Serve's proxy and the router, no host and no registry: Serve's own part of a step."""
+    lat = []
+    for _ in range(requests):
+        t = time.perf_counter()
+        http.get(url + "/health").raise_for_status()
+        lat.append(time.perf_counter() - t)
+    return {k: v for k, v in summary(lat, requests, sum(lat)).items() if k.startswith("step_ms")}
+
+
 def service_batches(http, url: str, headers: dict, policy: Scripted, n_games: int, size: int, rounds: int) -> dict:
     rngs = [random.Random(i) for i in range(size)]
     r = http.post(url + "/reset_batch", json={"resets": [{"game": i % n_games} for i in range(size)]},
@@ -207,6 +217,7 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
         looked_up = ray.get(registry.lookup_counts.remote())["get"]
         out["in_process"] = in_process_steps(environment, policy, a.steps)
         out["service_one_session"] = service_steps(http, url, headers, policy, a.steps)
+        out["serve_alone"] = serve_alone(http, url, a.steps)
         out["service_batches"] = [service_batches(http, url, headers, policy, n_games, size,
                                                   max(3, 2 * a.steps // size)) for size in a.batches]
         stepped = out["service_one_session"]["steps"] + sum(b["steps"] for b in out["service_batches"])
@@ -219,6 +230,7 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
     out["ratios"] = {
         "one_session_vs_in_process": round(one["steps_per_s"] / ip["steps_per_s"], 3),
         "one_session_p50_overhead_ms": round(one["step_ms_p50"] - ip["step_ms_p50"], 2),
+        "of_which_serve_alone_p50_ms": out["serve_alone"]["step_ms_p50"],
         **{f"batch{b['sessions']}_vs_in_process": round(b["steps_per_s"] / ip["steps_per_s"], 3)
            for b in out["service_batches"]},
         "round_service_over_in_process": round(out["round_service"]["wall_s"] / out["round_in_process"]["wall_s"],
