@@ -27,6 +27,7 @@ NAMESPACE = "a2rl"  # explicit: Serve replicas live in their own namespace
 class RunRegistry:
     def __init__(self, journal: str | None = None):
         self.runs: dict[str, dict] = {}
+        self.lookups = {"get": 0, "open_tokens": 0}  # the questions routers ask on their hot path, counted
         self.journal = None
         if journal is not None:
             path = Path(journal)
@@ -62,8 +63,18 @@ class RunRegistry:
                             "best": None, "scores": [], "sessions": set(), "final": None}
 
     def get(self, token: str) -> dict | None:
+        self.lookups["get"] += 1
         run = self.runs.get(token)
         return None if run is None or run["closed"] else view(run)
+
+    def open_tokens(self) -> list[str]:
+        """The tokens of the runs open now: what the rollout routers check requests against (OpenRuns)."""
+        self.lookups["open_tokens"] += 1
+        return [token for token, run in self.runs.items() if not run["closed"]]
+
+    def lookup_counts(self) -> dict:
+        """How often each lookup was asked since this process started (the benchmark's registry calls per step)."""
+        return dict(self.lookups)
 
     def peek(self, token: str) -> dict | None:
         """Like get, but also for closed runs (the orchestrator's view)."""
@@ -171,23 +182,33 @@ class RunRegistry:
         self.runs.pop(token, None)
 
     # -- environment sessions of the rollout service (level 3): counted here so every replica sees one limit --------
-    def claim_session(self, token: str, session_id: str, limit: int) -> Refusal | None:
-        """Count a new session against the run's limit; None when granted, else why not."""
+    def claim_sessions(self, token: str, session_ids: list[str], limit: int) -> list[Refusal | None]:
+        """Count new sessions against the run's limit, in order; per session None when granted, else why not."""
         run = self.runs.get(token)
         if run is None or run["closed"]:
-            return Refusal("invalid_token", "unknown or closed run token")
-        if session_id in run["sessions"]:
-            return None  # a retried claim
+            return [Refusal("invalid_token", "unknown or closed run token")] * len(session_ids)
         if time.time() >= run["deadline"]:
-            return Refusal("budget_exhausted", "time budget exhausted")
-        if len(run["sessions"]) >= limit:
-            return Refusal("too_many_sessions", f"session limit reached ({limit} open); close one (POST /env/close) "
-                                                "or wait for idle ones to expire")
-        self._change("claim_session", token, session_id)
-        return None
+            return [Refusal("budget_exhausted", "time budget exhausted")] * len(session_ids)
+        new = [sid for sid in session_ids if sid not in run["sessions"]]  # the others: a retried claim
+        room = max(0, limit - len(run["sessions"]))
+        granted = set(new[:room])
+        if granted:
+            self._change("claim_sessions", token, sorted(granted))
+        full = Refusal("too_many_sessions", f"session limit reached ({limit} open); close one (POST /env/close) "
+                                            "or wait for idle ones to expire")
+        return [None if sid in run["sessions"] else full for sid in session_ids]
 
-    def _claim_session(self, token: str, session_id: str) -> None:
-        self.runs[token]["sessions"].add(session_id)
+    def _claim_sessions(self, token: str, session_ids: list[str]) -> None:
+        self.runs[token]["sessions"].update(session_ids)
+
+    def release_lost(self, token: str, session_ids: list[str]) -> list[str]:
+        """Sessions whose hosts do not know them: those the run still counts were lost with a host's earlier process
+        (closed, expired or never-opened ones are released already). Releases those and returns them."""
+        run = self.runs.get(token)
+        lost = [sid for sid in session_ids if run is not None and sid in run["sessions"]]
+        if lost:
+            self._change("release_sessions", token, lost)
+        return lost
 
     def release_sessions(self, token: str, session_ids: list[str] | None = None) -> int:
         """Forget closed sessions (all of the run's when session_ids is None); returns how many remain open."""
@@ -204,6 +225,50 @@ class RunRegistry:
             sessions.clear()
         else:
             sessions.difference_update(session_ids)
+
+
+class OpenRuns:
+    """Which run tokens are open, as one process (a rollout router) knows them without asking the registry per
+    request: a snapshot of the registry's open tokens, refreshed in the background while requests come (an idle
+    process asks nothing).
+
+    A token is open when it is in a snapshot asked for less than `fresh_s` ago; once the snapshot is older (no
+    requests for a while, the registry slow or restarting) a request waits for the next one. A token not in the
+    snapshot (a run registered since it was asked for, a closed or unknown one) is asked of the registry, and kept
+    when open: a sequential client's token is asked at most twice per process. A closed run is refused at most
+    `fresh_s` after its close returned: any snapshot or answer that still held it was asked for before that."""
+
+    def __init__(self, registry, refresh_s: float = 0.25, fresh_s: float = 1.0):
+        self.registry, self.refresh_s, self.fresh_s = registry, refresh_s, fresh_s
+        self.tokens: frozenset[str] = frozenset()
+        self.asked_at = float("-inf")  # when the snapshot was asked for (time.monotonic)
+        self.refreshing = None
+
+    async def is_open(self, token: str) -> bool:
+        import asyncio
+
+        if time.monotonic() - self.asked_at >= self.refresh_s and self.refreshing is None:
+            self.refreshing = asyncio.ensure_future(self._refresh())
+        if time.monotonic() - self.asked_at >= self.fresh_s and self.refreshing is not None:
+            await asyncio.shield(self.refreshing)
+        if time.monotonic() - self.asked_at < self.fresh_s and token in self.tokens:
+            return True
+        asked = time.monotonic()
+        if await self.registry.get.remote(token) is None:
+            return False
+        if asked >= self.asked_at:  # not older than the snapshot: it holds until the snapshot is refreshed
+            self.tokens = self.tokens | {token}
+        return True
+
+    async def _refresh(self) -> None:
+        asked = time.monotonic()
+        try:
+            self.tokens = frozenset(await self.registry.open_tokens.remote())
+            self.asked_at = asked
+        except Exception:  # noqa: BLE001 - the next request tries again; until then tokens are asked one by one
+            pass
+        finally:
+            self.refreshing = None
 
 
 def view(run: dict) -> dict:

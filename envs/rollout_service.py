@@ -7,18 +7,25 @@ ingress, the same run tokens as the grader (``Authorization: Bearer TOKEN``, che
   POST /env/reset {game?, session_id?, actions?}   new session (or reset one of yours); replays ``actions``
   POST /env/step  {session_id, command}            one command; the environment answers unknown ones too
   POST /env/close {session_id}
+  POST /env/reset_batch {resets: [reset bodies]}                 many sessions of your run in one request: answered
+  POST /env/step_batch  {steps: [{session_id, command}]}         {results: [...]}, per entry its answer with
+                                                                 "status": 200, or its own refusal {session_id,
+                                                                 status, error, code} (one lost session is its 410)
   GET  /env/sessions                   your open sessions
   GET  /env/health
 
 Architecture: the Serve deployment is a stateless router (any number of replicas); sessions live in a fixed pool of
 ``EnvHost`` actors, each holding many episodes of the task's Environment in its own process (engines such as the
 text games' are pure Python: one process steps ~30-40 games/s, so hosts are the unit of parallelism). A session id
-names its host (``<host>.<random>``), so every replica routes a session's requests to the same place. Per-run
-session counts live in the RunRegistry (one limit across all replicas and hosts). Hosts close sessions idle for
-``idle_timeout_s`` and release them in the registry; the orchestrator closes a run's sessions when its cell ends
-(``close_run`` through the deployment handle). Eval instances never reach this service: routers and hosts get the
-train instances only, looked up by index or name. The API calls instances "games" and actions "commands", as agents
-have always used it.
+names its host (``<host>.<random>``), so every replica routes a session's requests to the same place; a batch is
+one actor call per host, all hosts at once, each host stepping its part in turn. A step costs one actor call, its
+host's: routers know which runs are open from a snapshot of the registry they refresh while requests come
+(contracts.runs.OpenRuns: a closed run is refused within a second). Per-run session counts live in the RunRegistry
+(one limit across all replicas and hosts), asked only when sessions open, close or are found lost. Hosts close
+sessions idle for ``idle_timeout_s`` and release them in the registry; the orchestrator closes a run's sessions when
+its cell ends (``close_run`` through the deployment handle). Eval instances never reach this service: routers and
+hosts get the train instances only, looked up by index or name. The API calls instances "games" and actions
+"commands", as agents have always used it.
 
 Why not one actor per session: an actor is a process (~1-2 s to start plus ~2 s to import the engine, ~150 MB);
 a pool of hosts starts once and creates a session in one engine reset (~0.5-0.8 s).
@@ -207,6 +214,14 @@ class EnvHost:
         s.episode.close()
         return True
 
+    def batch(self, method: str, owner: str, calls: list[tuple]) -> list:
+        """One router call for all of a request's sessions on this host: `method` for each (session id, *args), in
+        order; each answer is its own (a refusal for one session does not stop the others)."""
+        if method not in ("open", "reset", "step", "close"):
+            raise ValueError(f"no host method {method!r}")
+        run = getattr(self, method)
+        return [run(session_id, owner, *args) for session_id, *args in calls]
+
     def close_owner(self, owner: str) -> tuple[list[str], dict]:
         """Close a run's sessions; returns their ids and the run's usage of this host (forgotten here)."""
         with self.lock:
@@ -251,6 +266,37 @@ def _field(body: dict, key: str, kind, required: bool = True):
     return value
 
 
+def _command(body: dict) -> str:
+    command = _field(body, "command", str)
+    if len(command) > 500:
+        raise Refusal("invalid_field", "'command' is longer than 500 characters")
+    return command
+
+
+def _entries(body: dict, key: str, limit: int) -> list:
+    entries = body.get(key)
+    if not isinstance(entries, list):
+        raise Refusal("invalid_field", f"{key!r} must be a list (one entry per session)")
+    if len(entries) > limit:
+        raise Refusal("invalid_field", f"{key!r} has {len(entries)} entries; a run has at most {limit} sessions")
+    return entries
+
+
+def _entry_answer(result, session_id: str | None) -> dict:
+    """One session's part of a batch's answer: its answer with status 200, or its refusal with its status."""
+    if isinstance(result, Refusal):
+        return {"session_id": session_id, "status": result.status, **result.body()}
+    return {**result, "status": 200}
+
+
+def _lost(session_id: str, opening: bool = False) -> Refusal:
+    if opening:
+        return Refusal("session_lost", "the environment host died while it opened your session; it restarts on its "
+                                       "own: POST /env/reset again")
+    return Refusal("session_lost", f"session {session_id!r} was lost: its environment host died and restarted "
+                                   "without it; start a new one with POST /env/reset (without session_id)")
+
+
 # Everything the router class uses is defined above it: Serve pickles the class when it is decorated.
 
 @serve.deployment(max_ongoing_requests=512, health_check_period_s=10)
@@ -258,7 +304,7 @@ def _field(body: dict, key: str, kind, required: bool = True):
 class RolloutService:
     def __init__(self, spec: TaskSpec, instances: list[Instance], max_steps: int, host_names: list[str],
                  scope: str = ""):
-        from contracts.runs import NAMESPACE, registry
+        from contracts.runs import NAMESPACE, OpenRuns, registry
 
         self.cfg = spec.rollout
         self.max_steps = max_steps
@@ -268,6 +314,8 @@ class RolloutService:
         self.by_name = {g["name"]: g["index"] for g in self.games}
         self.hosts = [ray.get_actor(name, namespace=NAMESPACE) for name in host_names]
         self.registry = registry(scope)
+        # A step asks its host only: which runs are open is known here (a closed one is refused within a second)
+        self.open_runs = OpenRuns(self.registry)
         self.task_name = spec.name
         self.replica = serve.get_replica_context().replica_id.unique_id
         self._rng = random.Random(secrets.randbits(64))
@@ -278,7 +326,7 @@ class RolloutService:
         """Close every session of a run (its cell ended); returns how many were open and the run's total use of the
         environment (episodes started or replayed, steps, wins) for its records."""
         total = {"closed": 0, "resets": 0, "steps": 0, "wins": 0}
-        for ids, usage in [await host.close_owner.remote(token) for host in self.hosts]:
+        for ids, usage in await asyncio.gather(*[host.close_owner.remote(token) for host in self.hosts]):
             total["closed"] += len(ids)
             for key, n in usage.items():
                 total[key] += n
@@ -286,10 +334,10 @@ class RolloutService:
         return total
 
     async def stats(self) -> list[dict]:
-        return [await host.stats.remote() for host in self.hosts]
+        return list(await asyncio.gather(*[host.stats.remote() for host in self.hosts]))
 
     async def reap(self) -> int:
-        return sum([await host.reap.remote() for host in self.hosts])
+        return sum(await asyncio.gather(*[host.reap.remote() for host in self.hosts]))
 
     # -- agent side (HTTP) ----------------------------------------------------------------------------------------
     @api.get("/health")
@@ -311,7 +359,7 @@ class RolloutService:
         try:
             token = await self._run(request)
             owned = []
-            for part in [await host.owned.remote(token) for host in self.hosts]:
+            for part in await asyncio.gather(*[host.owned.remote(token) for host in self.hosts]):
                 owned += part
         except Refusal as e:
             return refused(e)
@@ -321,26 +369,10 @@ class RolloutService:
     async def reset(self, request: Request):
         try:
             token = await self._run(request)
-            body = await json_body(request)
-            game = self._game_index(body.get("game"))
-            actions = self._actions(body.get("actions"))
-            session_id = _field(body, "session_id", str, required=False)
-            if session_id is not None:
-                return await self._session_call("reset", session_id, token, game, actions)
-            session_id = self._new_session_id()
-            refusal = await self.registry.claim_session.remote(token, session_id, self.cfg.max_sessions_per_run)
-            if refusal is not None:
-                raise refusal
-            if game is None:
-                game = self._rng.randrange(len(self.games))
-            try:
-                return await self._open(session_id, token, game, actions)
-            except BaseException as e:
-                await self.registry.release_sessions.remote(token, [session_id])  # not opened: not counted
-                if isinstance(e, RayActorError):
-                    raise Refusal("session_lost", "the environment host died while it opened your session; it "
-                                                  "restarts on its own: POST /env/reset again") from None
-                raise
+            (answer,) = await self._resets(token, [self._reset_entry(await json_body(request))])
+            if isinstance(answer, Refusal):
+                raise answer
+            return answer
         except Refusal as e:
             return refused(e)
 
@@ -349,21 +381,69 @@ class RolloutService:
         try:
             token = await self._run(request)
             body = await json_body(request)
-            session_id = _field(body, "session_id", str)
-            command = _field(body, "command", str)
-            if len(command) > 500:
-                raise Refusal("invalid_field", "'command' is longer than 500 characters")
-            return await self._session_call("step", session_id, token, command)
+            session_id, command = _field(body, "session_id", str), _command(body)
+            (answer,) = await self._on_hosts("step", token, [(session_id, command)])
+            if isinstance(answer, Refusal):
+                raise answer
+            return answer
         except Refusal as e:
             return refused(e)
+
+    @api.post("/reset_batch")
+    async def reset_batch(self, request: Request):
+        """{"resets": [reset bodies]} -> {"results": [per entry: its reset's answer and "status": 200, or
+        {"session_id", "status", "error", "code"}]}: new sessions are claimed in one registry call, and every
+        host opens or resets its part in one call, all hosts at once."""
+        try:
+            token = await self._run(request)
+            entries = _entries(await json_body(request), "resets", self.cfg.max_sessions_per_run)
+        except Refusal as e:
+            return refused(e)
+        parsed = []
+        for i, entry in enumerate(entries):
+            try:
+                if not isinstance(entry, dict):
+                    raise Refusal("invalid_field", f"resets[{i}] must be an object like the body of POST /env/reset")
+                parsed.append(self._reset_entry(entry))
+            except Refusal as e:
+                parsed.append(e)
+        answers = await self._resets(token, parsed)
+        return {"results": [_entry_answer(a, e.get("session_id") if isinstance(e, dict) else None)
+                            for a, e in zip(answers, entries)]}
+
+    @api.post("/step_batch")
+    async def step_batch(self, request: Request):
+        """{"steps": [{"session_id", "command"}]} -> {"results": [per entry: its step's answer and "status": 200,
+        or {"session_id", "status", "error", "code"}]}: each host steps its part in one call, all hosts at once;
+        a session refused (lost, unknown, another run's) is refused alone."""
+        try:
+            token = await self._run(request)
+            entries = _entries(await json_body(request), "steps", self.cfg.max_sessions_per_run)
+        except Refusal as e:
+            return refused(e)
+        answers: list = [None] * len(entries)
+        calls, where = [], []
+        for i, entry in enumerate(entries):
+            try:
+                if not isinstance(entry, dict):
+                    raise Refusal("invalid_field", f"steps[{i}] must be an object {{session_id, command}}")
+                calls.append((_field(entry, "session_id", str), _command(entry)))
+                where.append(i)
+            except Refusal as e:
+                answers[i] = e
+        for i, answer in zip(where, await self._on_hosts("step", token, calls)):
+            answers[i] = answer
+        return {"results": [_entry_answer(a, e.get("session_id") if isinstance(e, dict) else None)
+                            for a, e in zip(answers, entries)]}
 
     @api.post("/close")
     async def close(self, request: Request):
         try:
             token = await self._run(request)
-            body = await json_body(request)
-            session_id = _field(body, "session_id", str)
-            await self._session_call("close", session_id, token)
+            session_id = _field(await json_body(request), "session_id", str)
+            (answer,) = await self._on_hosts("close", token, [(session_id,)])
+            if isinstance(answer, Refusal):
+                raise answer
             remaining = await self.registry.release_sessions.remote(token, [session_id])
         except Refusal as e:
             return refused(e)
@@ -372,8 +452,7 @@ class RolloutService:
     # -- internals ------------------------------------------------------------------------------------------------
     async def _run(self, request: Request) -> str:
         token = run_token(request)
-        run = await self.registry.get.remote(token)
-        if run is None:
+        if not await self.open_runs.is_open(token):
             raise Refusal("invalid_token", "unknown or expired run token")
         return token
 
@@ -381,11 +460,15 @@ class RolloutService:
         self._next_host = (self._next_host + 1) % len(self.hosts)  # spread a run's sessions over the hosts
         return f"{self._next_host}.{secrets.token_urlsafe(12)}"
 
-    def _host(self, session_id: str):
+    def _host_index(self, session_id: str) -> int:
         prefix, _, rest = session_id.partition(".")
         if not prefix.isdigit() or not rest or int(prefix) >= len(self.hosts):
             raise Refusal("unknown_session", f"no open session {session_id!r} for your run")
-        return self.hosts[int(prefix)]
+        return int(prefix)
+
+    def _reset_entry(self, body: dict) -> dict:
+        return {"game": self._game_index(body.get("game")), "actions": self._actions(body.get("actions")),
+                "session_id": _field(body, "session_id", str, required=False)}
 
     def _game_index(self, game) -> int | None:
         if game is None:
@@ -409,42 +492,86 @@ class RolloutService:
                                                  f"{self.max_steps} steps")
         return actions
 
-    async def _call(self, ref):
-        out = await ref
-        if isinstance(out, Refusal):
-            raise out
-        return out
-
-    async def _open(self, session_id: str, token: str, game: int, actions: list[str]) -> dict:
-        host = self._host(session_id)
-        for attempt in range(HOST_RESTART_TRIES):
-            try:
-                return await self._call(host.open.remote(session_id, token, game, actions))
-            except ActorUnavailableError:
-                # The host is restarting (Ray has not yet seen it die, or is starting it again). A new session loses
-                # nothing by waiting for it; opening the same id twice only replaces the first.
-                if attempt == HOST_RESTART_TRIES - 1:
-                    raise
-                await asyncio.sleep(1.0)
-        raise AssertionError("unreachable")
-
-    async def _session_call(self, method: str, session_id: str, token: str, *args):
-        """Call a session's host; a session its host lost (the host died mid-call, or restarted empty since) is
-        answered session_lost and released in the registry, so it no longer counts against the run's limit."""
-        host = self._host(session_id)
+    async def _resets(self, token: str, entries: list) -> list:
+        """Reset bodies (parsed, or the Refusal a body got) -> per entry its answer or refusal. A session_id resets
+        that session; the others open new sessions, counted against the run's limit in one registry call."""
+        answers = list(entries)
+        again = [i for i, e in enumerate(entries) if isinstance(e, dict) and e["session_id"] is not None]
+        new = [i for i, e in enumerate(entries) if isinstance(e, dict) and e["session_id"] is None]
+        new_ids = [self._new_session_id() for _ in new]
+        claims = await self.registry.claim_sessions.remote(token, new_ids, self.cfg.max_sessions_per_run) \
+            if new else []
+        opens, opened_at = [], []
+        for i, session_id, refusal in zip(new, new_ids, claims):
+            if refusal is not None:
+                answers[i] = refusal
+                continue
+            game = entries[i]["game"]
+            opens.append((session_id, self._rng.randrange(len(self.games)) if game is None else game,
+                          entries[i]["actions"]))
+            opened_at.append(i)
         try:
-            return await self._call(getattr(host, method).remote(session_id, token, *args))
-        except RayActorError:
-            pass
-        except Refusal as e:
-            # The host does not know it: closed, expired or never opened are released in the registry already;
-            # a session the registry still counts was lost with the host's previous process.
-            run = await self.registry.get.remote(token)
-            if e.code != "unknown_session" or run is None or session_id not in run.get("sessions", ()):
-                raise
-        await self.registry.release_sessions.remote(token, [session_id])
-        raise Refusal("session_lost", f"session {session_id!r} was lost: its environment host died and restarted "
-                                      "without it; start a new one with POST /env/reset (without session_id)")
+            reset, opened = await asyncio.gather(
+                self._on_hosts("reset", token, [(entries[i]["session_id"], entries[i]["game"], entries[i]["actions"])
+                                                for i in again]),
+                self._on_hosts("open", token, opens))
+        except BaseException:
+            if opens:  # not opened: not counted
+                await self.registry.release_sessions.remote(token, [o[0] for o in opens])
+            raise
+        failed = [o[0] for o, answer in zip(opens, opened) if isinstance(answer, Refusal)]
+        if failed:
+            await self.registry.release_sessions.remote(token, failed)
+        for i, answer in [*zip(again, reset), *zip(opened_at, opened)]:
+            answers[i] = answer
+        return answers
+
+    async def _on_hosts(self, method: str, token: str, calls: list[tuple]) -> list:
+        """Call a host method for each (session id, *args) of one run: one actor call per host, all hosts at once;
+        per call its answer or refusal. A session its host lost (the host died mid-call, or restarted empty since)
+        is answered session_lost and released in the registry, so it no longer counts against the run's limit."""
+        answers: list = [None] * len(calls)
+        by_host: dict[int, list[int]] = {}
+        for i, call in enumerate(calls):
+            try:
+                by_host.setdefault(self._host_index(call[0]), []).append(i)
+            except Refusal as e:
+                answers[i] = e
+
+        async def on_host(index: int, which: list[int]) -> None:
+            host = self.hosts[index]
+            part = [calls[i] for i in which]
+            tries = HOST_RESTART_TRIES if method == "open" else 1
+            for attempt in range(tries):
+                try:
+                    out = await host.batch.remote(method, token, part)
+                    break
+                except ActorUnavailableError:
+                    # The host is restarting (Ray has not yet seen it die, or is starting it again). A new session
+                    # loses nothing by waiting for it; opening the same id twice only replaces the first.
+                    if attempt == tries - 1:
+                        out = [_lost(call[0], method == "open") for call in part]
+                    else:
+                        await asyncio.sleep(1.0)
+                except RayActorError:
+                    out = [_lost(call[0], method == "open") for call in part]
+                    break
+            for i, answer in zip(which, out):
+                answers[i] = answer
+
+        await asyncio.gather(*[on_host(index, which) for index, which in by_host.items()])
+        died = [calls[i][0] for i, a in enumerate(answers) if isinstance(a, Refusal) and a.code == "session_lost"]
+        if died:
+            await self.registry.release_sessions.remote(token, died)
+        # The host does not know these: closed, expired or never opened are released in the registry already; a
+        # session the registry still counts was lost with the host's previous process.
+        unknown = [i for i, a in enumerate(answers) if isinstance(a, Refusal) and a.code == "unknown_session"]
+        if unknown:
+            lost = set(await self.registry.release_lost.remote(token, [calls[i][0] for i in unknown]))
+            for i in unknown:
+                if calls[i][0] in lost:
+                    answers[i] = _lost(calls[i][0])
+        return answers
 
 
 # ------------------------------------------------------------------------------------------------------ deploy

@@ -130,7 +130,8 @@ def test_train_rows_are_expert_steps_in_the_graders_format(task):
         assert row["completion"] in admissible and parse(row["completion"], admissible) == row["completion"]
         assert task.messages(row) == row["messages"]
     text = task.instructions()
-    for needle in ("/env/reset", "/env/step", "Admissible commands:", SYSTEM_PROMPT, "100 x the fraction"):
+    for needle in ("/env/reset", "/env/step", "/env/step_batch", "/env/reset_batch", "Admissible commands:",
+                   SYSTEM_PROMPT, "100 x the fraction"):
         assert needle in text
 
 

@@ -101,7 +101,8 @@ def test_the_expert_wins_every_train_question_through_the_environment(task):
         assert prompt.parse(row["completion"]) == row["completion"] and row["completion"].startswith(("search[",
                                                                                                          "answer["))
     text = task.instructions()
-    for needle in ("/env/reset", "search[query]", "answer[text]", prompt.SYSTEM_PROMPT, "100 x the fraction"):
+    for needle in ("/env/reset", "/env/step_batch", "search[query]", "answer[text]", prompt.SYSTEM_PROMPT,
+                   "100 x the fraction"):
         assert needle in text
 
 

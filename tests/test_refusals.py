@@ -45,6 +45,6 @@ def test_the_run_registry_says_why_it_refuses(ray_cluster):
     assert codes["late"] == [("budget_exhausted", "time budget exhausted")]
     assert codes["one"] == [None, ("budget_exhausted", "submission budget exhausted (1 used)")]
     assert codes["unknown"] == [("invalid_token", "unknown or closed run token")]
-    refusal = ray.get(registry.claim_session.remote("one", "s1", 0))
+    (refusal,) = ray.get(registry.claim_sessions.remote("one", ["s1"], 0))
     assert (refusal.code, refusal.status) == ("too_many_sessions", 429)
     ray.kill(registry)

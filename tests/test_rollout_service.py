@@ -228,3 +228,184 @@ def test_concurrent_sessions_across_replicas(service):
     assert results == [(True, len(plan))] * 6
     stats = service["handle"].stats.remote().result()
     assert all(h["opened"] > 0 for h in stats)
+
+
+# -- batches, and what the routers know without asking the registry ---------------------------------------------------
+
+def batch(client: Client, path: str, key: str, entries: list, token: str | None = None) -> list[dict]:
+    r = client.post(path, {key: entries}, token=token)
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert len(results) == len(entries)
+    return results
+
+
+def host_of(session_id: str) -> int:
+    return int(session_id.split(".")[0])
+
+
+def test_a_batch_goes_across_hosts_and_answers_each_session_as_alone(service):
+    """One reset batch and one step batch over both hosts: every session's answer is the one its own /step gives
+    (the same commands on a session of its own), bad entries are refused alone, and both hosts stepped."""
+    client, alone = Client(service), Client(service)
+    plan = walkthrough(service["task"], 0)
+    starts = batch(client, "/reset_batch", "resets", [{"game": 0}, {"game": 0, "actions": plan[:2]}, {"game": 1}])
+    sids = [r["session_id"] for r in starts]
+    assert [r["status"] for r in starts] == [200] * 3 and starts[1]["steps"] == 2
+    assert {host_of(sid) for sid in sids} == {0, 1}
+    bad = batch(client, "/reset_batch", "resets", [{"game": 99}, "look", {"game": 0, "actions": "look"}])
+    assert [(r["status"], r["code"]) for r in bad] == [(422, "unknown_game"), (422, "invalid_field"),
+                                                       (422, "invalid_field")]
+    (full,) = batch(client, "/reset_batch", "resets", [{}])  # the three above count against the run's limit
+    assert (full["status"], full["code"]) == (429, "too_many_sessions")
+    before = [h["steps"] for h in service["handle"].stats.remote().result()]
+    moves = [(sids[0], plan[0]), (sids[1], plan[2]), (sids[0], plan[1])]
+    results = batch(client, "/step_batch", "steps", [{"session_id": s, "command": c} for s, c in moves])
+    assert [(r["status"], r["session_id"], r["steps"]) for r in results] == \
+        [(200, sids[0], 1), (200, sids[1], 3), (200, sids[0], 2)]  # a session twice in a batch: stepped in order
+    more = batch(client, "/step_batch", "steps", [{"session_id": s, "command": c} for s, c in
+                                                  [(sids[2], "look"), ("7.nope", "look"), (sids[2], "x" * 501)]])
+    assert [(r["status"], r["session_id"]) for r in more] == [(200, sids[2]), (404, "7.nope"), (422, sids[2])]
+    assert more[0]["steps"] == 1 and more[1]["code"] == "unknown_session" and more[2]["code"] == "invalid_field"
+    results = [results[0], results[1], more[0], results[2]]
+    after = [h["steps"] for h in service["handle"].stats.remote().result()]
+    assert all(a > b for a, b in zip(after, before)), (before, after)
+    # The same commands, one request each, on sessions of another run: the same answers
+    for (game, replay), steps, answers in [((0, []), [plan[0], plan[1]], [results[0], results[3]]),
+                                           ((0, plan[:2]), [plan[2]], [results[1]]),
+                                           ((1, []), ["look"], [results[2]])]:
+        s = alone.reset(game=game, actions=replay)
+        for cmd, answer in zip(steps, answers):
+            own = alone.step(s["session_id"], cmd)
+            assert {k: v for k, v in own.items() if k != "session_id"} == \
+                {k: v for k, v in answer.items() if k not in ("session_id", "status")}
+    for c in (client, alone):
+        service["handle"].close_run.remote(c.token).result()
+
+
+def test_a_batch_keeps_runs_apart(service):
+    """A session id of another run inside a batch is refused for that entry only, and the other run's session is
+    untouched; a batch with another run's token is refused whole."""
+    a, b = Client(service), Client(service)
+    (sa,) = [r["session_id"] for r in batch(a, "/reset_batch", "resets", [{"game": 0}])]
+    (sb,) = [r["session_id"] for r in batch(b, "/reset_batch", "resets", [{"game": 0}])]
+    results = batch(b, "/step_batch", "steps", [{"session_id": sb, "command": "look"},
+                                                {"session_id": sa, "command": "look"}])
+    assert [(r["status"], r.get("code")) for r in results] == [(200, None), (404, "unknown_session")]
+    results = batch(b, "/reset_batch", "resets", [{"session_id": sa, "game": 1}])
+    assert (results[0]["status"], results[0]["code"]) == (404, "unknown_session")
+    assert a.step(sa, "look")["steps"] == 1  # b's batches did not step, reset or release it
+    assert [s["session_id"] for s in a.get("/sessions").json()["sessions"]] == [sa]
+    r = a.post("/step_batch", {"steps": [{"session_id": sa, "command": "look"}]}, token="not-a-token")
+    assert r.status_code == 401 and r.json()["code"] == "invalid_token"
+    for body in ({"steps": "look"}, {"steps": [{}] * 4}, {}):  # not a list, more entries than sessions, missing
+        r = a.post("/step_batch", body)
+        assert r.status_code == 422 and r.json()["code"] == "invalid_field", (body, r.text)
+    for c in (a, b):
+        service["handle"].close_run.remote(c.token).result()
+
+
+def kill_host(host_index: int) -> None:
+    """SIGKILL a host actor's process of the test's service, as the kernel's OOM killer would (Ray restarts it)."""
+    import os
+    import signal
+
+    import ray
+
+    (name,) = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+               if a["name"].startswith(f"a2rl-env-{SMALL_TASK['name']}-") and a["name"].endswith(f"-{host_index}")]
+    host = ray.get_actor(name, namespace="a2rl")
+    os.kill(ray.get(host.__ray_call__.remote(lambda self: os.getpid())), signal.SIGKILL)
+
+
+def test_a_lost_session_is_its_own_410_inside_a_batch(service):
+    client = Client(service)
+    sids = [r["session_id"] for r in batch(client, "/reset_batch", "resets", [{"game": i} for i in range(3)])]
+    dead = host_of(sids[0])
+    kill_host(dead)
+    results = batch(client, "/step_batch", "steps", [{"session_id": s, "command": "look"} for s in sids])
+    for sid, r in zip(sids, results):
+        if host_of(sid) == dead:
+            assert (r["status"], r["code"], r["session_id"]) == (410, "session_lost", sid), r
+            assert "POST /env/reset" in r["error"]
+        else:
+            assert r["status"] == 200 and r["steps"] == 1, r
+    # The lost sessions no longer count: as many new ones open (the limit is 3), and the survivors step on.
+    lost = [s for s in sids if host_of(s) == dead]
+    survivors = [s for s in sids if host_of(s) != dead]
+    new = batch(client, "/reset_batch", "resets", [{"game": 0}] * len(lost))
+    assert [r["status"] for r in new] == [200] * len(lost), new
+    assert sorted(s["session_id"] for s in client.get("/sessions").json()["sessions"]) == \
+        sorted(survivors + [r["session_id"] for r in new])
+    stepped = batch(client, "/step_batch", "steps", [{"session_id": s, "command": "look"} for s in survivors])
+    assert [r["steps"] for r in stepped] == [2] * len(survivors)
+    service["handle"].close_run.remote(client.token).result()
+
+
+def test_steps_do_not_ask_the_registry_and_a_closed_run_is_refused_within_a_second(service):
+    import ray
+
+    registry = service["registry"]
+    client = Client(service)
+    sid = client.reset(game=0)["session_id"]
+    before = ray.get(registry.lookup_counts.remote())["get"]
+    for _ in range(20):  # both router replicas serve these
+        client.step(sid, "look")
+        batch(client, "/step_batch", "steps", [{"session_id": sid, "command": "look"}])
+    asked = ray.get(registry.lookup_counts.remote())["get"] - before
+    # 40 steps: each replica asks for this token at most twice (before its snapshot of open runs holds it)
+    assert asked <= 2 * SMALL_TASK["rollout"]["num_replicas"], asked
+    ray.get(registry.close.remote(client.token))
+    time.sleep(1.0)  # OpenRuns.fresh_s: no snapshot asked for before the close is trusted any longer
+    for _ in range(10):
+        r = client.post("/step", {"session_id": sid, "command": "look"})
+        assert r.status_code == 401 and r.json()["code"] == "invalid_token", r.text
+        r = client.post("/step_batch", {"steps": [{"session_id": sid, "command": "look"}]})
+        assert r.status_code == 401 and r.json()["code"] == "invalid_token", r.text
+    service["handle"].close_run.remote(client.token).result()
+
+
+def test_session_accounting_survives_a_registry_restart(service):
+    """The registry killed (Ray restarts it, its journal brings the runs back): the run's sessions still count
+    against its limit and step on, and closing one frees exactly one."""
+    import ray
+
+    client = Client(service)
+    sids = [r["session_id"] for r in batch(client, "/reset_batch", "resets", [{"game": i} for i in range(3)])]
+    ray.kill(service["registry"], no_restart=False)
+    results = batch(client, "/step_batch", "steps", [{"session_id": s, "command": "look"} for s in sids])
+    assert [r["status"] for r in results] == [200] * 3, results
+    (refused,) = batch(client, "/reset_batch", "resets", [{}])
+    assert refused["code"] == "too_many_sessions", refused
+    assert client.post("/close", {"session_id": sids[0]}).json()["open_sessions"] == 2
+    assert [r["status"] for r in batch(client, "/reset_batch", "resets", [{}, {}])] == [200, 429]
+    service["handle"].close_run.remote(client.token).result()
+
+
+def test_the_agent_client_plays_batches_and_reopens_lost_sessions(service):
+    """a2rl_client.Env (what the built-in agents and CLI agents' scripts use): one request per lockstep step; a session
+    lost with its host ends its episode, the others go on, and the pool opens it anew at the next start."""
+    from agents.builtin.a2rl_client import Env
+
+    client = Client(service)
+    env = Env({"rollout_url": service["url"], "run_token": client.token})
+    names = [g["name"] for g in env.games]
+    plan = walkthrough(service["task"], 0)
+    starts = env.starts([(names[0], plan[:-1]), (names[1], []), (names[2], [])])
+    sids = [s["session_id"] for s in starts]
+    assert starts[0]["steps"] == len(plan) - 1 and {host_of(s) for s in sids} == {0, 1}
+    won = env.steps([(sids[0], plan[-1]), (sids[1], "look"), (sids[2], "look")])
+    assert won[0]["won"] and won[0]["done"] and [w["steps"] for w in won[1:]] == [1, 1]
+    dead = host_of(sids[1])
+    kill_host(dead)
+    after = env.steps([(sid, "look") for sid in sids])
+    for sid, answer in zip(sids, after):
+        if host_of(sid) == dead:
+            assert answer["lost"] and answer["done"] and not answer["won"], answer
+        else:
+            assert answer["status"] == 200 and not answer.get("lost"), answer
+    env.release(sids)
+    again = env.starts([(names[0], []), (names[1], []), (names[2], [])])  # reuses the pool: lost ones are reopened
+    assert [a["steps"] for a in again] == [0, 0, 0] and len({a["session_id"] for a in again}) == 3
+    assert len(client.get("/sessions").json()["sessions"]) == 3  # within the limit: the lost ones were released
+    service["handle"].close_run.remote(client.token).result()

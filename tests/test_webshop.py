@@ -374,6 +374,7 @@ def test_the_rollout_service_serves_train_instructions_only(service, task):
     train_texts = {g["instruction_text"] for g in task.environment().goals("train")}
     start = post("/reset", {"game": "train-0003"}).json()
     assert start["task"] in train_texts and start["admissible_commands"] == ["search[<query>]"]
+    assert "/env/step_batch" in task.instructions() and "/env/reset_batch" in task.instructions()
 
 
 def test_an_expert_episode_through_the_service_and_sessions_isolated(service, task):

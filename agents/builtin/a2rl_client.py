@@ -119,8 +119,11 @@ class Submitter:
 
 
 class Env:
-    """The rollout service: sessions on the train instances of an interactive task. Sessions are reused through
-    reset, and a pooled session that expired is opened anew."""
+    """The rollout service: sessions on the train instances of an interactive task. Many sessions are reset or
+    stepped in one request (POST /env/reset_batch, /env/step_batch: the service steps them on all its hosts at
+    once); sessions are reused through reset, and a pooled session that expired or was lost is opened anew."""
+
+    RETRY = (0, 502, 503)  # no connection, or the service restarting: the request is sent again
 
     def __init__(self, run: dict, max_sessions: int | None = None):
         self.url = (run.get("rollout_url") or run["grading_url"].rstrip("/") + "/env").rstrip("/")
@@ -132,35 +135,62 @@ class Env:
         self.max_steps = int(info["max_steps"])
         self.max_sessions = int(max_sessions or info["max_sessions"])
         self.free: list[str] = []
-        self.pool = ThreadPoolExecutor(max_workers=self.max_sessions)
 
-    def _post(self, path: str, body: dict) -> dict:
+    def _batch(self, path: str, key: str, entries: list[dict]) -> list[dict]:
+        """POST a batch; per entry its answer ("status": 200) or its refusal ({"status", "code", "error"})."""
         for attempt in range(5):
-            code, answer = http(self.url + path, self.token, body)
+            code, answer = http(self.url + path, self.token, {key: entries})
             if code == 200:
-                return answer
-            if answer.get("code") in ("unknown_session", "session_lost") and path == "/reset" and "session_id" in body:
-                body = {k: v for k, v in body.items() if k != "session_id"}  # it expired or was lost: open a new one
-                continue
-            if code not in (0, 429, 500, 502, 503) or attempt == 4:
-                raise RuntimeError(f"POST {path} {body}: {code} {answer}")
+                return answer["results"]
+            if code not in self.RETRY or attempt == 4:
+                raise RuntimeError(f"POST {path} ({len(entries)} entries): {code} {answer}")
             time.sleep(0.5 * (attempt + 1))
         raise AssertionError("unreachable")
 
     def starts(self, starts: list[tuple[str, list[str]]]) -> list[dict]:
-        """Reset one session per (game, actions replayed after the reset)."""
+        """Reset one session per (game, actions replayed after the reset), all in one request."""
         if len(starts) > self.max_sessions:
             raise ValueError(f"{len(starts)} parallel episodes, but at most {self.max_sessions} sessions")
-        n_new = max(0, len(starts) - len(self.free))
-        reused = [self.free.pop() for _ in range(len(starts) - n_new)]
+        reused = [self.free.pop() for _ in range(min(len(starts), len(self.free)))]
         bodies = [{"game": g, "actions": a} for g, a in starts]
         for body, sid in zip(bodies, reused):
             body["session_id"] = sid
-        return list(self.pool.map(lambda b: self._post("/reset", b), bodies))
+        answers: list[dict | None] = [None] * len(bodies)
+        todo = list(range(len(bodies)))
+        for attempt in range(6):
+            for i, answer in zip(todo, self._batch("/reset_batch", "resets", [bodies[i] for i in todo])):
+                answers[i] = answer
+            todo, wait = [], False
+            for i, answer in enumerate(answers):
+                if answer["status"] == 200:
+                    continue
+                if answer["code"] in ("unknown_session", "session_lost") and "session_id" in bodies[i]:
+                    del bodies[i]["session_id"]  # it expired or was lost: open a new one
+                elif answer["code"] in ("session_lost", "too_many_sessions") and attempt < 5:
+                    wait = True  # a new session's host restarting, or the limit reached until idle ones close
+                else:
+                    raise RuntimeError(f"POST /reset_batch {bodies[i]}: {answer['status']} {answer}")
+                todo.append(i)
+            if not todo:
+                return answers
+            if wait:
+                time.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def steps(self, moves: list[tuple[str, str]]) -> list[dict]:
-        """One action per (session, action), in parallel."""
-        return list(self.pool.map(lambda m: self._post("/step", {"session_id": m[0], "command": m[1]}), moves))
+        """One action per (session, action), all in one request. A session lost with its host (HTTP 410) ends its
+        episode: answered done and not won, with "lost": true (the others are stepped as usual)."""
+        answers = self._batch("/step_batch", "steps", [{"session_id": sid, "command": a} for sid, a in moves])
+        out = []
+        for (sid, _), answer in zip(moves, answers):
+            if answer["status"] == 200:
+                out.append(answer)
+            elif answer["code"] == "session_lost":
+                out.append({"session_id": sid, "observation": answer["error"], "admissible_commands": [],
+                            "reward": 0.0, "won": False, "done": True, "steps": None, "lost": True})
+            else:
+                raise RuntimeError(f"POST /step_batch {sid}: {answer['status']} {answer}")
+        return out
 
     def release(self, session_ids: list[str]) -> None:
         self.free += session_ids

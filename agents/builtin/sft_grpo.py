@@ -6,7 +6,8 @@ Run in a workspace of an interactive (level 3) task (`python code/sft_grpo.py`);
    `sft_steps` steps or `sft_fraction` of the time budget; saves output/sft and submits it.
 2. GRPO, in rounds (trl's GRPOTrainer, one trainer per round on the same model):
    - collect states: play `episodes_per_round` episodes of random train games with the current policy (greedy,
-     the grader's decoding) through the rollout service, all in lockstep (one batched generate per step);
+     the grader's decoding) through the rollout service, all in lockstep (one batched generate and one step batch
+     request per step: a2rl_client.Env);
    - for a batch of those states the trainer samples `num_generations` candidate commands each; the reward function
      scores a candidate by the episode's success: it resets a session to the same game with the state's command
      prefix plus the candidate (the service replays them: the engine is deterministic), then lets the current policy

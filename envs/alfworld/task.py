@@ -24,7 +24,7 @@ from functools import cached_property
 from pathlib import Path
 
 from contracts.file_lock import locked
-from contracts.environment import Demonstration
+from contracts.environment import ROLLOUT_BATCHES, Demonstration
 from contracts.registry import register
 from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
@@ -282,6 +282,7 @@ the service's URL is `$A2RL_ROLLOUT_URL` (= `$GRADING_SERVER_URL/env`; also `rol
   "admissible_commands", "won", "done", "steps"}}`
 - `POST /env/step {{"session_id", "command"}}` -> `{{"observation", "admissible_commands", "reward" (1 when won),
   "won", "done", "steps"}}`. An unknown command is answered by the game ("Nothing happens.").
+{ROLLOUT_BATCHES}
 - `POST /env/close {{"session_id"}}` frees a session.
 
 At most {limit} open sessions per run (429 beyond); a session idle for {idle:.0f} s is closed. Episodes end after

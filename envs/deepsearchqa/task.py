@@ -32,6 +32,7 @@ import json
 from functools import cached_property
 
 from contracts.decoding import Decoding
+from contracts.environment import ROLLOUT_BATCHES
 from contracts.registry import register
 from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
@@ -368,6 +369,7 @@ run.json). It calls questions "games" and actions "commands":
   "observation", "won", "done", "steps"}}`
 - `POST /env/step {{"session_id", "command": "search[...]" or "answer[...]"}}` -> `{{"observation", "reward" (1 for a
   correct answer), "won", "done", "steps"}}`
+{ROLLOUT_BATCHES}
 - `POST /env/close {{"session_id"}}` frees a session.
 
 At most {self.rollout.max_sessions_per_run} open sessions per run (429 beyond); a session idle for

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from contracts.decoding import Decoding
 from contracts.file_lock import locked
+from contracts.environment import ROLLOUT_BATCHES
 from contracts.registry import register
 from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
@@ -289,6 +290,7 @@ instructions "games" and actions "commands":
   "observation", "admissible_commands", "reward", "won", "done", "steps"}}`
 - `POST /env/step {{"session_id", "command"}}` -> `{{"observation", "admissible_commands", "reward" (the purchase's,
   when `done`), "won" (reward >= {SUCCESS}), "done", "steps"}}`
+{ROLLOUT_BATCHES}
 - `POST /env/close {{"session_id"}}` frees a session.
 
 At most {limit} open sessions per run (429 beyond); a session idle for {idle:.0f} s is closed. Errors are JSON
