@@ -100,7 +100,7 @@ def closed_parents(readonly: Sequence[Path], hidden: Sequence[Path]) -> list[Pat
     checkout under root's home): hidden (an empty folder), so the path is bound back through folders its uid can
     enter. Nothing is lost to the agent: it could not enter them anyway."""
     hidden = [h.resolve() for h in hidden if h.exists()]
-    out = []
+    out: list[Path] = []
     for path in readonly:
         if not path.exists():
             continue

@@ -57,6 +57,8 @@ class Demonstration:
     index: int = 0                              # the step's number in its episode
     expert: str = ""                            # which expert acted
     info: dict = field(default_factory=dict)    # the instance's info
+    observations: tuple[str, ...] = ()          # what the environment showed: at reset, then after each action of
+                                                # `history` (the last is step.observation); () when not recorded
 
 
 class Episode(ABC):
@@ -92,9 +94,12 @@ class Environment(ABC):
     def open(self, instance: Instance) -> Episode:
         """A new episode on the instance (not yet reset)."""
 
-    def render(self, goal: str, step: Step, history: Sequence[str]) -> Prompt:
+    def render(self, goal: str, step: Step, history: Sequence[str], observations: Sequence[str] = (),
+               info: dict | None = None) -> Prompt:
         """The prompt a model answers at this step (a chat, or raw text under a protocol that decodes raw text);
-        `history`: the actions taken so far in the episode."""
+        `history`: the actions taken so far in the episode; `observations`: what the environment showed, at reset
+        and after each of those actions (a renderer that keeps the whole transcript needs them); `info`: the
+        instance's. The default shows the current observation and the actions only."""
         return self.prompt.render(goal, step.observation, list(step.actions or ()), list(history))
 
     def parse(self, reply: str, step: Step) -> str:

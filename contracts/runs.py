@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 from pathlib import Path
 
 import ray
@@ -242,7 +243,7 @@ class OpenRuns:
         self.registry, self.refresh_s, self.fresh_s = registry, refresh_s, fresh_s
         self.tokens: frozenset[str] = frozenset()
         self.asked_at = float("-inf")  # when the snapshot was asked for (time.monotonic)
-        self.refreshing = None
+        self.refreshing: Any = None  # the refresh under way (an asyncio future), if any
 
     async def is_open(self, token: str) -> bool:
         import asyncio

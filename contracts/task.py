@@ -120,6 +120,7 @@ class InteractiveTask(Task):
 
     interactive = True
     environment_class: type[Environment]  # its render/parse module is what built-in agents get beside them
+    prompt_modules: dict = {}  # protocol -> the render/parse module agents get under it, where not the class's
     eval_workers = 0  # processes stepping eval episodes while the model generates (0: in the grader's process)
 
     def environment(self) -> Environment:
@@ -169,7 +170,7 @@ class InteractiveTask(Task):
         env = self.environment()
         rows = []
         for d in demonstrations:
-            messages = env.render(d.goal, d.step, d.history)
+            messages = env.render(d.goal, d.step, d.history, d.observations, d.info)
             prompt = messages if isinstance(messages, str) else messages[-1]["content"]
             rows.append({"id": f"{self.name}-train-{d.instance}-{d.episode}-{d.index}",
                          "prompt": prompt, "completion": d.action, "answer": d.action,
@@ -205,11 +206,11 @@ def is_interactive(spec: TaskSpec) -> bool:
 
 
 def prompt_file(spec: TaskSpec) -> Path | None:
-    """The file of the task's render/parse module (stdlib only), for an interactive task."""
+    """The file of the task's render/parse module (stdlib only) under its protocol, for an interactive task."""
     cls = task_class(spec.cls)
     if not issubclass(cls, InteractiveTask):
         return None
-    module = cls.environment_class.prompt
+    module = cls.prompt_modules.get(spec.protocol, cls.environment_class.prompt)
     if module.__file__ is None:
         raise ValueError(f"task {spec.name}: its render/parse module {module.__name__} has no file to copy")
     return Path(module.__file__)

@@ -130,13 +130,15 @@ def play(env: Environment, instances: Sequence[Instance], generate: Generate, wo
     with EpisodeFleet(env, instances, workers) as fleet:
         state = []
         for i, (first, goal) in sorted(fleet.reset().items()):
-            state.append({"instance": fleet.instances[i].name, "goal": goal, "last": first, "won": first.won,
-                          "done": first.won, "actions": [], "replies": []})
+            state.append({"instance": fleet.instances[i].name, "info": fleet.instances[i].info, "goal": goal,
+                          "last": first, "won": first.won, "done": first.won, "actions": [], "replies": [],
+                          "observations": [first.observation]})
         for _ in range(env.max_steps):
             active = [i for i, s in enumerate(state) if not s["done"]]
             if not active:
                 break
-            replies = generate([env.render(state[i]["goal"], state[i]["last"], state[i]["actions"]) for i in active])
+            replies = generate([env.render(state[i]["goal"], state[i]["last"], state[i]["actions"],
+                                           state[i]["observations"], state[i]["info"]) for i in active])
             actions = {}
             for i, reply in zip(active, replies):
                 actions[i] = env.parse(reply, state[i]["last"])
@@ -145,6 +147,7 @@ def play(env: Environment, instances: Sequence[Instance], generate: Generate, wo
             for i, step in fleet.step(actions).items():
                 s = state[i]
                 s["last"], s["won"] = step, s["won"] or step.won
+                s["observations"].append(step.observation)
                 s["done"] = s["won"] or step.done or len(s["actions"]) >= env.max_steps
     return [{"instance": s["instance"], "won": s["won"], "score": env.score(s["last"]),
              "reward": float(s["last"].reward), "steps": len(s["actions"]),

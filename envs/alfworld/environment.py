@@ -7,10 +7,11 @@ engine's score (1 once won). Render and parse are `envs.alfworld.prompt`'s.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from contracts.environment import Environment, Episode, Instance, Step
-from envs.alfworld import prompt
+from envs.alfworld import paper_prompt, prompt
 from envs.alfworld.engine import MAX_STEPS
 
 
@@ -62,3 +63,34 @@ class AlfWorldEnvironment(Environment):
 
     def open(self, instance: Instance) -> AlfWorldEpisode:
         return AlfWorldEpisode(self._paths[(instance.split, instance.name)], self.max_steps)
+
+
+class AlfWorldPaperEnvironment(AlfWorldEnvironment):
+    """ALFWorld under the original benchmark's protocol (envs.alfworld.paper_prompt): a raw text prompt that keeps
+    the whole transcript, after the two ReAct examples of the game's task type; the reply is sent as it is. Each
+    instance's info names its examples' task type as the original finds it: generated games from their
+    traj_data.json, upstream games from their folder's name (`react_type`)."""
+
+    prompt = paper_prompt
+
+    def __init__(self, games: dict[str, list[Path]], names: dict[Path, str], max_steps: int,
+                 examples: dict[str, str], types_from_names: bool):
+        super().__init__(games, names, max_steps)
+        self.examples = dict(examples)
+        for split, instances in self._instances.items():
+            self._instances[split] = [
+                Instance(i.split, i.name, {**i.info, "react_type": i.name if types_from_names else i.info["task_type"]})
+                for i in instances]
+        for instance in (i for instances in self._instances.values() for i in instances):
+            paper_prompt.example_key(instance.info["react_type"])  # a game of no known type: refused now
+
+    def render(self, goal: str, step: Step, history: Sequence[str], observations: Sequence[str] = (),
+               info: dict | None = None) -> str:
+        if not observations or info is None:
+            raise ValueError("the paper protocol's prompt keeps the whole transcript: render needs the episode's "
+                             "observations and the instance's info")
+        # an expert row's info is the game's (task_type): for upstream data that type is its folder's prefix too
+        return paper_prompt.render(self.examples, info.get("react_type") or info["task_type"], observations, history)
+
+    def parse(self, reply: str, step: Step) -> str:
+        return paper_prompt.parse(reply)

@@ -282,7 +282,8 @@ def demonstrations(episode: dict[str, Any], game_name: str | None = None, episod
                 instance=game_name or episode["game"], goal=episode["task"],
                 step=Step(observation=st["obs"], actions=tuple(st["admissible"]), reward=0.0, done=False),
                 history=tuple(history[i] if history is not None else done), action=st["command"],
-                episode=episode_index, index=i, expert=episode["expert"], info={"task_type": episode["task_type"]}))
+                episode=episode_index, index=i, expert=episode["expert"], info={"task_type": episode["task_type"]},
+                observations=tuple(s["obs"] for s in episode["steps"][:i + 1])))
         done.append(st["command"])
     return out
 

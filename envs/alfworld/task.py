@@ -23,13 +23,15 @@ import tempfile
 from functools import cached_property
 from pathlib import Path
 
-from contracts.file_lock import locked
+from contracts.decoding import Decoding
 from contracts.environment import ROLLOUT_BATCHES, Demonstration
+from contracts.file_lock import locked
 from contracts.registry import register
+from contracts.specs import ConfigError
 from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
-from envs.alfworld import prompt
-from envs.alfworld.environment import AlfWorldEnvironment
+from envs.alfworld import paper_prompt, prompt
+from envs.alfworld.environment import AlfWorldEnvironment, AlfWorldPaperEnvironment
 
 SALT_FILE = "alfworld-eval-salt"
 
@@ -49,11 +51,15 @@ def _expert_demonstrations(job: tuple) -> list[Demonstration]:
 @register("task", "alfworld")
 class AlfWorldTask(InteractiveTask):
     environment_class = AlfWorldEnvironment
+    # a2rl: a chat per step with the admissible commands, the reply matched to one (envs.alfworld.prompt);
+    # paper: the original benchmark's raw ReAct transcript, the reply sent as it is (envs.alfworld.paper_prompt)
+    protocols = ("a2rl", "paper")
+    prompt_modules = {"paper": paper_prompt}
 
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
                  task_types: list[str] | None, max_receptacles_per_type: int | None, max_receptacles: int | None,
                  max_steps: int, expert: str, expert_episodes: int, expert_noise: float, eval_salt: str | None,
-                 data_path: str | None, build_workers: int, eval_workers: int):
+                 data_path: str | None, build_workers: int, eval_workers: int, react_prompts: str | None = None):
         """n_train / n_eval: generated games per split (with data_path: caps, 0 = all); final_size: games in the
         held-out final split (None: as many as n_eval; with data_path: a cap on valid_seen, 0 = all); task_types: the
         six upstream types or aliases (pick, look, clean, heat, cool, pick_two), cycled; max_receptacles_per_type /
@@ -62,7 +68,8 @@ class AlfWorldTask(InteractiveTask):
         imitate) or "planner"; expert_episodes / expert_noise (ordered only): episodes per train game, all but the
         first with perturbations injected at this rate (recovery data, see envs.alfworld.ordered_expert);
         build_workers: processes building the games and their expert rows; eval_workers: processes stepping eval
-        games during grading (0: in the grader's process). Games live under the task's cache_dir."""
+        games during grading (0: in the grader's process); react_prompts: ReAct's react_prompts.json for the paper
+        protocol (None: CACHE_DIR/alfworld/react_prompts.json). Games live under the task's cache_dir."""
         super().__init__(spec)
         name = spec.name
         if expert not in ("search", "ordered", "planner"):
@@ -87,6 +94,43 @@ class AlfWorldTask(InteractiveTask):
             raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1")
         if self.n_final < 0:
             raise ValueError(f"task {name}: final_size={final_size} must be >= 0 (or null: as many as n_eval)")
+        self.react_prompts = react_prompts
+        if self.protocol == "paper" and self.max_steps != paper_prompt.MAX_STEPS:
+            raise ValueError(f"task {name}: max_steps={max_steps}, but the paper protocol plays "
+                             f"{paper_prompt.MAX_STEPS} steps a game, as the original does")
+
+    # -- the protocol -----------------------------------------------------------------------------------------
+    def decoding(self) -> Decoding:
+        """paper: greedy, raw text, at most 100 new tokens, cut at a newline, no repetition penalty (the original's
+        vLLM SamplingParams); a2rl: the grader's settings, as for every task."""
+        if self.protocol == "paper":
+            return Decoding(max_new_tokens=paper_prompt.MAX_NEW_TOKENS, stop=paper_prompt.STOP,
+                            repetition_penalty=1.0, chat_template=False)
+        return super().decoding()
+
+    def examples_path(self) -> Path:
+        return Path(self.react_prompts).expanduser() if self.react_prompts else \
+            self.cache_dir / "alfworld" / paper_prompt.FILE_NAME
+
+    def missing_data(self) -> list[str]:
+        if self.protocol == "paper" and not self.examples_path().is_file():
+            return [f"task {self.name}: ReAct's react_prompts.json (protocol paper) is not at {self.examples_path()}: "
+                    "set task.react_prompts=<path> (RD-Agent's benchmarks/alfworld/react_prompts.json)"]
+        return []
+
+    @cached_property
+    def examples(self) -> dict[str, str]:
+        """ReAct's few-shot examples (paper protocol), from the path the config gives or the cache."""
+        path = self.examples_path()
+        if not path.is_file():
+            raise ConfigError(
+                f"task {self.name}: protocol=paper needs ReAct's ALFWorld examples, and {path} is not a file: set "
+                f"task.react_prompts=<path> to RD-Agent's rdagent/scenarios/rl/autorl_bench/benchmarks/alfworld/"
+                f"react_prompts.json (the same as ReAct's prompts/alfworld_3prompts.json), or copy it to {path}")
+        try:
+            return paper_prompt.load_examples(path)
+        except ValueError as e:
+            raise ConfigError(f"task {self.name}: {e}") from e
 
     # -- games ------------------------------------------------------------------------------------------------
     def _salt(self) -> str:
@@ -181,8 +225,12 @@ class AlfWorldTask(InteractiveTask):
 
     @cached_property
     def _environment(self) -> AlfWorldEnvironment:
+        examples = self.examples if self.protocol == "paper" else {}  # a missing file is refused before any build
         games = {"train": self.train_games(), "eval": self.eval_games(), "final": self.final_games()}
         names = {path: self.game_name(path) for paths in games.values() for path in paths}
+        if self.protocol == "paper":  # the original reads an upstream game's task type from its folder's name
+            return AlfWorldPaperEnvironment(games, names, self.max_steps, examples,
+                                            types_from_names=bool(self.data_path))
         return AlfWorldEnvironment(games, names, self.max_steps)
 
     def environment(self) -> AlfWorldEnvironment:
@@ -191,7 +239,8 @@ class AlfWorldTask(InteractiveTask):
     # -- rows -------------------------------------------------------------------------------------------------
     @cached_property
     def _train(self) -> list[dict]:
-        path = self.games_dir / f"train-{self.expert}-{self.expert_episodes}-{self.expert_noise:g}.jsonl"
+        protocol = "" if self.protocol == "a2rl" else f"-{self.protocol}"  # rows are rendered in the protocol's prompt
+        path = self.games_dir / f"train-{self.expert}-{self.expert_episodes}-{self.expert_noise:g}{protocol}.jsonl"
         games = self.train_games()  # builds the splits first (under their own lock)
         if not path.exists():
             with locked(path.with_name(f".{path.name}.lock")):
@@ -216,14 +265,52 @@ class AlfWorldTask(InteractiveTask):
     def train_rows(self) -> list[dict]:
         return [dict(row) for row in self._train]
 
-
     # -- the agent's view ---------------------------------------------------------------------------------------
+    def _grading_text(self, final: str) -> str:
+        max_new = self.grader.max_new_tokens
+        if self.protocol == "paper":
+            return f"""## How the grader plays and scores (the original benchmark's protocol)
+
+The hidden eval split has {self.n_eval} other games of the same kinds{final}. For each, the grader resets the game
+and, every step, feeds the submitted model this raw text (no chat template) and decodes greedily, at most
+{paper_prompt.MAX_NEW_TOKENS} new tokens, cut at the first newline, no repetition penalty:
+
+    {paper_prompt.HEADER.strip()}
+    <ReAct's two examples for the game's task type (react_<type>_1, react_<type>_0 of ReAct's react_prompts.json)>
+    Here is the task.
+    <the game's first answer, without the welcome banner>
+    > <action 1>
+    <the game's answer>
+    > ...
+    >
+
+The stripped reply is sent to the game as it is (no admissible commands are shown, nothing is matched); a reply
+starting with `think:` is sent too (it costs a step) and is shown as `OK.`. `messages` in the train data is this
+text at that step; `code/task_prompt.py` builds it (render, parse). The score is **100 x the fraction of eval games
+won** within {self.max_steps} steps."""
+        return f"""## How the grader plays and scores
+
+The hidden eval split has {self.n_eval} other games of the same kinds{final}. For each, the grader resets the game
+and, every step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
+add_generation_prompt=True)`) and decodes greedily, at most {max_new} new tokens, stopping at the eos token:
+
+    system:    {prompt.SYSTEM_PROMPT}
+    user:      Task: <task sentence>.
+               Previous commands: <c1>; <c2>; ... (or "none")
+               Observation: <the game's last answer, without the welcome banner>
+               Admissible commands:
+               <one command per line>
+               Reply with the next command.
+
+The reply's first non-empty line is the command ("Action:" or "> " prefixes, quotes, a trailing period and case are
+forgiven); a command the game does not know is answered "Nothing happens." and costs a step. All eval games are played
+in lockstep, in batches. The score is **100 x the fraction of eval games won** within {self.max_steps} steps."""
+
     def instructions(self) -> str:
         rows = self._train
         example = rows[min(3, len(rows) - 1)]
         limit = self.rollout.max_sessions_per_run
         idle = self.rollout.idle_timeout_s
-        max_new = self.grader.max_new_tokens
         n_games = len(self.train_games())
         default = "ALFWorld: household text games (find, take, clean, heat, cool, place)."
         final = f" (a held-out final split has {self.n_final} more)" if self.n_final else ""
@@ -252,23 +339,7 @@ Example:
 
 The expert ({self.expert}) uses only what the prompt shows; it never sees hidden information.
 
-## How the grader plays and scores
-
-The hidden eval split has {self.n_eval} other games of the same kinds{final}. For each, the grader resets the game
-and, every step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
-add_generation_prompt=True)`) and decodes greedily, at most {max_new} new tokens, stopping at the eos token:
-
-    system:    {prompt.SYSTEM_PROMPT}
-    user:      Task: <task sentence>.
-               Previous commands: <c1>; <c2>; ... (or "none")
-               Observation: <the game's last answer, without the welcome banner>
-               Admissible commands:
-               <one command per line>
-               Reply with the next command.
-
-The reply's first non-empty line is the command ("Action:" or "> " prefixes, quotes, a trailing period and case are
-forgiven); a command the game does not know is answered "Nothing happens." and costs a step. All eval games are played
-in lockstep, in batches. The score is **100 x the fraction of eval games won** within {self.max_steps} steps.
+{self._grading_text(final)}
 
 ## Rollout service (train games only)
 
