@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import ray
 
