@@ -78,7 +78,9 @@ class WebShopEnvironment(Environment):
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["data"], state["max_steps"], state.get("protocol", "a2rl"))
 
-    def render(self, goal: str, step: Step, history: Sequence[str]):
+    def render(self, goal: str, step: Step, history: Sequence[str], observations: Sequence[str] = (),
+               info: dict | None = None):
+        # the paper's prompt keeps its own trail of pages on the step (WebShopStep.trail): observations not needed
         if self.protocol == "a2rl":
             return super().render(goal, step, history)
         clickables = getattr(step, "clickables", None)
