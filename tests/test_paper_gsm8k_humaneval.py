@@ -46,7 +46,8 @@ def gsm8k_folder(tmp_path_factory) -> Path:
     """GSM8K in the hub's layout holding the fixture's questions, in order, as the test split."""
     root = tmp_path_factory.mktemp("gsm8k")
     golds = GSM8K["golds"]
-    rows = [{"question": p["question"], "answer": golds[i % len(golds)]["answer"]} for i, p in enumerate(GSM8K["prompts"])]
+    rows = [{"question": p["question"], "answer": golds[i % len(golds)]["answer"]}
+            for i, p in enumerate(GSM8K["prompts"])]
     for split in ("train", "test"):
         (root / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root
