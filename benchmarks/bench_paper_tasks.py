@@ -1,9 +1,11 @@
 """Grading time per submission for the paper's level-1 tasks, gsm8k and humaneval, with a base model on this machine.
 
-    .venv/bin/python benchmarks/bench_paper_tasks.py [--model tiny] [--gsm8k-items 1319] [--workers 2]
+    .venv/bin/python benchmarks/bench_paper_tasks.py [--model tiny] [--gsm8k-items 1319] [--humaneval-items 82]
+        [--protocols a2rl,paper] [--workers 2]
 
 1. One submission of the model, as the grader does it (evaluators.evaluate: load, greedy generation of every
-   hidden item, scoring): seconds per stage and per submission, for each task at its conf/task settings.
+   hidden item, scoring): seconds per stage and per submission, for each task at its conf/task settings, under each
+   protocol (a2rl's own, the paper's: 4-shot GSM8K chats, HumanEval's 8192 new tokens).
    GSM8K's data cannot be downloaded here: a stand-in of the real size is written in the hub's layout from
    reasoning-gym's gsm_symbolic (GSM8K-derived problems, `#### n` answers), so the loader and grader run as on
    the real files; generation time depends on the item count and max_new_tokens, not on the wording.
@@ -67,6 +69,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--gsm8k-items", type=int, default=1319)
+    parser.add_argument("--humaneval-items", type=int, default=82, help="the first n hidden problems")
+    parser.add_argument("--protocols", default="a2rl,paper")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
@@ -86,18 +90,21 @@ def main() -> None:
     print(f"model {args.model}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
 
     with tempfile.TemporaryDirectory() as tmp:
-        gsm8k = load_task({**conf["gsm8k"], "base_model": args.model,
-                           "data_path": str(gsm8k_stand_in(Path(tmp) / "gsm8k", 7473, args.gsm8k_items))})
-        humaneval = load_task({**conf["humaneval"], "base_model": args.model})
+        data = str(gsm8k_stand_in(Path(tmp) / "gsm8k", 7473, args.gsm8k_items))
         print("\n1. one submission (load, generate, score), conf/task settings, one torch thread")
-        print(f"{'task':10} {'items':>5} {'max_new':>7} {'load s':>7} {'generate s':>10} {'score s':>8} "
-              f"{'total s':>8} {'s/item':>7} {'score':>6}")
-        for task in (gsm8k, humaneval):
-            r = submission(task, model_dir)
-            print(f"{task.name:10} {r['items']:5d} {task.grader.max_new_tokens:7d} {r['load_s']:7.2f} "
-                  f"{r['generate_s']:10.1f} {r['score_s']:8.2f} {r['total_s']:8.1f} "
-                  f"{r['total_s'] / r['items']:7.3f} {r['score']:6.1f}")
+        print(f"{'task':10} {'protocol':8} {'items':>5} {'max_new':>7} {'load s':>7} {'generate s':>10} "
+              f"{'score s':>8} {'total s':>8} {'s/item':>7} {'score':>6}")
+        for protocol in args.protocols.split(","):
+            gsm8k = load_task({**conf["gsm8k"], "base_model": args.model, "data_path": data, "protocol": protocol})
+            humaneval = load_task({**conf["humaneval"], "base_model": args.model, "protocol": protocol})
+            humaneval.eval_rows = lambda task=humaneval, rows=humaneval.eval_rows(): rows[:args.humaneval_items]
+            for task in (gsm8k, humaneval):
+                r = submission(task, model_dir)
+                print(f"{task.name:10} {protocol:8} {r['items']:5d} {task.decoding().max_new_tokens:7d} "
+                      f"{r['load_s']:7.2f} {r['generate_s']:10.1f} {r['score_s']:8.2f} {r['total_s']:8.1f} "
+                      f"{r['total_s'] / r['items']:7.3f} {r['score']:6.1f}", flush=True)
 
+    humaneval = load_task({**conf["humaneval"], "base_model": args.model, "protocol": "a2rl"})
     rows = humaneval.eval_rows()
     programs = humaneval.programs([r["answer"] for r in rows], rows)
     print(f"\n2. HumanEval scoring: the {len(rows)} hidden problems with their canonical solutions")

@@ -81,6 +81,11 @@ class Task:
         """In [0, 1]."""
         raise NotImplementedError
 
+    def evaluator_files(self) -> dict[str, str]:
+        """The protocol's evaluator for the agent's workspace (its eval/ folder: name -> text), as the original
+        benchmark gives agents its eval.py: code that renders, parses and scores train items, never hidden data."""
+        return {}
+
     def hidden_texts(self, rows: list[dict]) -> list[tuple[str, str]]:
         """(id, text) of hidden rows, looked for in what agents write (evaluators.contamination): their prompts.
         An interactive task's rows are instances of its environment, not texts: none."""

