@@ -42,6 +42,28 @@ def test_sft_trains_on_the_graders_chat_for_single_turn_rows(tmp_path):
     assert [d["prompt"] for d in data] == [task.messages(row) for row in rows]
 
 
+def test_sft_trains_on_raw_text_rows_as_the_grader_sends_them(tmp_path):
+    """Under a raw-text protocol (ALFWorld's paper protocol) a row's prompt is text: trl gets it as a plain
+    prompt/completion pair (the prompt masked), and trains on it."""
+    from trl import SFTConfig, SFTTrainer
+
+    from evaluators.base_models import resolve_base_model
+
+    task_cfg = {**load_named("task", "arithmetic", "test"), "train_size": 4, "eval_size": 2}
+    sft = load_script(code_dir(tmp_path, task_cfg, "sft") / "sft.py")
+    rows = [{"id": f"r{i}", "prompt": "x", "messages": f"Here is the task.\nYou are in room {i}.\n>",
+             "completion": f" go to desk {i}"} for i in range(4)]
+    data = sft.chat_dataset(rows)
+    assert [d["prompt"] for d in data] == [row["messages"] for row in rows]
+    assert [d["completion"] for d in data] == [row["completion"] for row in rows]
+    model = resolve_base_model("tiny", tmp_path / "models")
+    config = SFTConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2, report_to=[],
+                       use_cpu=True, save_strategy="no", logging_steps=1)
+    trainer = SFTTrainer(model=str(model), args=config, train_dataset=data)
+    trainer.train()
+    assert all(0 < log["loss"] < 100 for log in trainer.state.log_history if "loss" in log)
+
+
 alfworld = pytest.importorskip("alfworld")
 
 

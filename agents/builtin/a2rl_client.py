@@ -196,10 +196,22 @@ class Env:
         self.free += session_ids
 
 
-def chat(row: dict) -> list[dict]:
-    """The chat the grader sends for a train row's prompt: the row's `messages` when it has them (an interactive
-    task's step, system prompt included), else its prompt as one user message."""
+def chat(row: dict) -> list[dict] | str:
+    """The prompt the grader sends for a train row: the row's `messages` when it has them (an interactive task's
+    step, system prompt included; raw text under a protocol that sends raw text, e.g. ALFWorld's paper protocol),
+    else its prompt as one user message."""
+    if isinstance(row.get("messages"), str):
+        return row["messages"]
     return [dict(m) for m in row["messages"]] if row.get("messages") else [{"role": "user", "content": row["prompt"]}]
+
+
+def sft_example(row: dict) -> dict:
+    """A train row as trl's prompt/completion example: conversational for a chat (trl renders the template and masks
+    the prompt), plain text for a raw-text prompt (trl masks the prompt and ends the completion with eos)."""
+    prompt = chat(row)
+    if isinstance(prompt, str):
+        return {"prompt": prompt, "completion": row["completion"]}
+    return {"prompt": prompt, "completion": [{"role": "assistant", "content": row["completion"]}]}
 
 
 def _task_prompt():

@@ -53,14 +53,10 @@ def load_rows(path) -> list[dict]:
 
 
 def chat_dataset(rows: list[dict]):
-    """prompt/completion in conversational form: trl renders the chat template and masks the prompt. The prompt is
-    the chat the grader sends for the row (a2rl_client.chat)."""
+    """prompt/completion examples, the prompt the grader sends for each row (a2rl_client.sft_example)."""
     from datasets import Dataset
 
-    return Dataset.from_list([
-        {"prompt": a2rl_client.chat(row), "completion": [{"role": "assistant", "content": row["completion"]}]}
-        for row in rows
-    ])
+    return Dataset.from_list([a2rl_client.sft_example(row) for row in rows])
 
 
 def train(model_path, rows: list[dict], output_dir, args: dict, seed: int, deadline: float,

@@ -161,8 +161,7 @@ class EnvReward:
 def sft_rows(rows: list[dict]):
     from datasets import Dataset
 
-    return Dataset.from_list([{"prompt": a2rl_client.chat(row),
-                               "completion": [{"role": "assistant", "content": row["completion"]}]} for row in rows])
+    return Dataset.from_list([a2rl_client.sft_example(row) for row in rows])
 
 
 def run_sft(model, tokenizer, rows: list[dict], args: dict, seed: int, until: float, out_dir: Path) -> None:
