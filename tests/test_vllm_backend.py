@@ -179,6 +179,32 @@ def test_every_protocols_decoding_gives_the_same_replies_as_transformers(cache_d
 
 
 @needs_vllm
+def test_alfworlds_paper_protocol_plays_the_same_episodes_on_vllm_and_transformers(cache_dir, tmp_path):
+    """ALFWorld under the paper protocol (raw ReAct transcripts, a stop at "\n", penalty 1.0) on two generated eval
+    games: whole episodes, reply by reply, alike on both backends."""
+    from tests.test_alfworld_paper import FIXTURE, PAPER_TASK
+
+    examples = tmp_path / "react_prompts.json"
+    examples.write_text(json.dumps(json.loads(FIXTURE.read_text())["react_prompts"]))
+    task = build_task(TaskSpec.from_config({**PAPER_TASK, "react_prompts": str(examples)}), str(cache_dir))
+    rows = task.eval_rows()[:2]
+    # a whole 50-step transcript outgrows the tiny model's 2,048 positions, which vLLM refuses (transformers only
+    # warns): the same model with room for it
+    model = variant(resolve_base_model(PAPER_TASK["base_model"], cache_dir / "models"), tmp_path / "long", seed=4,
+                    max_position_embeddings=16384)
+    expected = evaluate(task, TransformersBackend(batch_size=8, device="cpu", torch_threads=1), model, rows,
+                        max_new_tokens=12)
+    backend = VLLMBackend(device="cpu", torch_threads=1, kv_cache_gb=0.25)
+    try:
+        got = evaluate(task, backend, model, rows, max_new_tokens=12)
+    finally:
+        backend.close()
+    assert [i["commands"] for i in got["items"]] == [i["commands"] for i in expected["items"]]
+    assert [i["completion"] for i in got["items"]] == [i["completion"] for i in expected["items"]]
+    assert got["score"] == expected["score"]
+
+
+@needs_vllm
 def test_an_engine_dies_with_the_process_that_started_it(cache_dir, tmp_path):
     """A replica killed outright (SIGKILL, the out-of-memory killer) runs no teardown: the worker's watchdog kills
     the engine's process group once its parent is gone."""
