@@ -190,8 +190,9 @@ def test_alfworlds_paper_protocol_plays_the_same_episodes_on_vllm_and_transforme
     rows = task.eval_rows()[:2]
     # a whole 50-step transcript outgrows the tiny model's 2,048 positions, which vLLM refuses (transformers only
     # warns): the same model with room for it
-    model = variant(resolve_base_model(PAPER_TASK["base_model"], cache_dir / "models"), tmp_path / "long", seed=4,
-                    max_position_embeddings=16384)
+    model = variant(resolve_base_model(PAPER_TASK["base_model"], cache_dir / "models"), tmp_path / "long", seed=4)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 16384}))  # RoPE: no weights
     expected = evaluate(task, TransformersBackend(batch_size=8, device="cpu", torch_threads=1), model, rows,
                         max_new_tokens=12)
     backend = VLLMBackend(device="cpu", torch_threads=1, kv_cache_gb=0.25)
