@@ -177,7 +177,7 @@ def test_parse_is_lenient_and_never_fails():
 def test_a_policy_that_says_nonsense_loses_without_errors(games):
     env = environment_of(games["look_at_obj_in_light"], max_steps=3)
     [result] = play(env, env.instances("eval"), lambda chats: ["I think I will dance."] * len(chats))
-    assert result == {"instance": "look_at_obj_in_light", "won": False, "score": 0.0, "steps": 3,
+    assert result == {"instance": "look_at_obj_in_light", "won": False, "score": 0.0, "reward": 0.0, "steps": 3,
                       "goal": result["goal"], "actions": ["i think i will dance"] * 3,
                       "replies": ["I think I will dance."] * 3}
 
