@@ -156,6 +156,8 @@ def _copy_folder(ws_fd: int, folder_fd: int, rel: str, dest: Path, limits: CopyL
                 elif e.errno == errno.ENXIO:
                     raise Refusal("not_a_model", f"{shown} is a socket: a submission holds only folders and "
                                                  "regular files") from None
+                elif e.errno == errno.ENOENT:
+                    continue  # renamed or deleted since the stat (an agent's temporary file): not submitted
                 else:
                     raise
         try:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
-import types
 
 import httpx
 import numpy as np
@@ -37,9 +35,9 @@ def fixed_table(n=200, seed=0):
 
 @pytest.fixture
 def alpaca_eval_glm(monkeypatch, tmp_path):
-    """The library's GLM, importable here: its utils import pkg_resources (gone from new setuptools) for version
-    strings only, and it reads instruction difficulty from a hub file, written here in its layout."""
-    monkeypatch.setitem(sys.modules, "pkg_resources", types.ModuleType("pkg_resources"))
+    """The library's GLM (alpaca_eval is installed with the setuptools that still has pkg_resources: no stub, which
+    the package's cached modules would keep for later tests); it reads instruction difficulty from a hub file,
+    written here in its layout."""
     glm = pytest.importorskip("alpaca_eval.metrics.glm_winrate")
 
     def use(difficulty):
