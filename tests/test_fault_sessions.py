@@ -88,6 +88,8 @@ def kill_process_of(actor) -> int:
     return pid
 
 
+# 2 minutes; a host killed under a batch (tests/test_rollout_service.py) covers the lost session's 410 and release
+@pytest.mark.slow
 def test_a_rollout_host_killed_mid_episode_loses_only_its_sessions(run_sweep, cache_dir, tmp_path):
     pytest.importorskip("alfworld")
     pytest.importorskip("textworld")

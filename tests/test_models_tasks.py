@@ -271,6 +271,8 @@ def test_sft_beats_the_base_model(tiny, backend, arithmetic, tmp_path):
     backend.unload(loaded)
 
 
+# ~40 s of real training; the pacing it checks is also exercised by every sft sweep in the suite
+@pytest.mark.slow
 def test_sft_keeps_training_after_a_slow_warm_up_cut_its_first_round(tiny, arithmetic, tmp_path):
     """As on the H100: the first steps are slow (CUDA warm-up, here a sleep), so the first round is cut for time.
     The agent must not stop there: its pace comes from the warm steps, and it goes on in rounds that fit."""

@@ -193,6 +193,8 @@ def test_session_limit_close_and_close_run(service):
     assert r.status_code == 401 and r.json()["code"] == "invalid_token"
 
 
+# ~40 s waiting for the reaper's timeout to pass
+@pytest.mark.slow
 def test_idle_sessions_are_reclaimed(service):
     client = Client(service)
     sids = [client.reset(game=i)["session_id"] for i in range(3)]
