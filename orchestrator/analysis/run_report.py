@@ -11,7 +11,7 @@ from pathlib import Path
 
 from contracts.code_snapshots import diff_summary, search
 from orchestrator.analysis import tables
-from orchestrator.analysis.cost import cell_cost
+from orchestrator.analysis.cost import cell_cost, metered_totals
 from orchestrator.analysis.markdown import fmt, md_table
 
 # Below this an improvement is float noise, not progress.
@@ -79,9 +79,8 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         exit_code = payloads["agent_exit"][-1]["payload"].get("exit_code")
     elapsed = _elapsed(cell, outcome, events)
     n_subs, n_valid = len(trajectory), sum(s["valid"] for s in trajectory)
-    tokens = sum((u["payload"].get("input_tokens") or 0) + (u["payload"].get("output_tokens") or 0)
-                 for u in payloads["driver_usage"])
-    cost = sum(u["payload"].get("cost_usd") or 0 for u in payloads["driver_usage"])
+    used = metered_totals(u["payload"] for u in payloads["driver_usage"])
+    tokens, cost = used["input_tokens"] + used["output_tokens"], used["cost_usd"]
     metered = bool(payloads["driver_usage"])
     best_is_copy = best_sub is not None and "copy_of_base" in best_sub["flags"]
 
