@@ -412,7 +412,11 @@ def write_manifest(cfg, plan: Plan, layout: Layout, out) -> None:
 
     from orchestrator import manifest
 
-    built = manifest.build(cfg, plan.cells, layout.cache_dir, ray.cluster_resources())
+    # CPUs, GPUs and custom resources: Ray's memory figures are a share of what was free at its start, which
+    # differs every time, and node names are addresses
+    resources = {k: v for k, v in ray.cluster_resources().items()
+                 if not k.startswith("node:") and k not in ("memory", "object_store_memory")}
+    built = manifest.build(cfg, plan.cells, layout.cache_dir, {**resources, "nodes": len(ray.nodes())})
     path, differing = manifest.write(layout.output_dir, built)
     if differing:
         shown = ", ".join(differing[:12]) + (f" and {len(differing) - 12} more" if len(differing) > 12 else "")
