@@ -416,7 +416,8 @@ def write_manifest(cfg, plan: Plan, layout: Layout, out) -> None:
     # differs every time, and node names are addresses
     resources = {k: v for k, v in ray.cluster_resources().items()
                  if not k.startswith("node:") and k not in ("memory", "object_store_memory")}
-    built = manifest.build(cfg, plan.cells, layout.cache_dir, {**resources, "nodes": len(ray.nodes())})
+    resources["nodes"] = sum(n["Alive"] for n in ray.nodes())
+    built = manifest.build(cfg, plan.cells, layout.cache_dir, resources)
     path, differing = manifest.write(layout.output_dir, built)
     if differing:
         shown = ", ".join(differing[:12]) + (f" and {len(differing) - 12} more" if len(differing) > 12 else "")
