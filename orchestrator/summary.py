@@ -1,5 +1,6 @@
 """The table printed at the end of a sweep: per task x agent x driver, the improvement over the base model: on the
-held-out final split first (where the task has one), then the best feedback score (the original benchmark's)."""
+held-out final split first (where the task has one), then the best feedback score (the original benchmark's), and what
+a cell cost: driver tokens and dollars, judge dollars, GPU-hours, and dollars per point gained (analysis/cost.py)."""
 from __future__ import annotations
 
 import sys
