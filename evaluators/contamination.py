@@ -6,12 +6,14 @@ stores; not the base model's link) is read as text and cut into word n-grams. A 
 `threshold` of its n-grams are there; an item shorter than `ngram` words must occur whole.
 
 Text a2rl gave the agent is not evidence, wherever its tools copied it (a CLI keeps its prompt, the instructions
-and what its commands printed in session files and SQLite WALs in its HOME): an item's n-grams that occur in the
-given text (the task's instructions, train split and evaluator files, and every file of the workspace as it was
-when the agent started, while it is unchanged) explain nothing, and an item is found only when `threshold` of its
-other n-grams are in the file too. An item all of whose n-grams are given is never evidence (the task shows it:
-tests/test_contamination.py checks that no task does). Text is read through its JSON escapes (\\n, \\", \\uXXXX,
-escaped again in JSON inside JSON) so that a session file's copy reads as what was copied.
+and what its commands printed in session files and SQLite WALs in its HOME). Given text is the task's instructions,
+train split and evaluator files, and every file of the workspace as it was when the agent started, while it is
+unchanged. An item's n-gram found inside a stretch of given text (the 2 * ngram words that start or end with it
+occur in given text too) is a copy of that text; an item is found only when `threshold` of its other n-grams (those
+given text does not hold in the item's own context) are in the file outside such stretches. An item all of whose
+n-grams are given in context is never evidence (tests/test_contamination.py checks that no task's instructions or
+evaluator files show one). Text is read through its string escapes (\\n, \\", \\uXXXX, escaped again in JSON
+inside JSON), so that a session file's copy reads as what was copied.
 
 Binary files that are not weights (a downloaded dataset's arrow or parquet, a SQLite database or WAL) are read for
 their printable runs, as `strings` would; compressed text in them is not seen. Symbolic links are never followed,
@@ -107,14 +109,18 @@ class HiddenItems:
         self.lengths = sorted({len(g) for g in self.by_gram})  # n, and the lengths of the short items
         self.starts = {g[0] for g in self.by_gram}  # a position whose word starts no n-gram is passed over
         shown, given = set(), set()
+        self._task_files: set[str] = set()  # sha256 of the task's given texts: their contexts are in self.given
+        self._given_cache: dict[str, frozenset] = {}  # sha256 of another given file -> its contexts
         for text in given_texts if self.grams else ():
+            contexts = set()
             for gram, *around in self._hits(tokens(text)):
                 shown.add(gram)
-                given.update(h for h in around if h is not None)
+                contexts.update(h for h in around if h is not None)
+            given |= contexts
+            self._task_files.add(hashlib.sha256(text.encode()).hexdigest())  # its copy in a workspace: not read again
         self.given = frozenset(given)
         self.exposed = sorted(i for i, grams in self.grams.items()
                               if grams <= shown and (len(self.words[i]) <= self.n or not self.novel(i, self.given)))
-        self._given_cache: dict[str, frozenset] = {}
 
     def _hits(self, words: list[str]):
         """(n-gram, the hashes of the windows of words that start and that end with it) of each hidden item's
@@ -166,15 +172,20 @@ class HiddenItems:
                 continue
             digest = hashlib.sha256(data).hexdigest() if rel in given else None
             if digest is not None and digest == given[rel]:
-                contexts |= self._given_contexts(digest, data)
+                if digest not in self._task_files:
+                    contexts |= self._given_contexts(digest, data)
                 continue
-            hits = list(self._hits(tokens(_text(data))))
-            if hits:
-                candidates.append((rel, hits))
+            found, pending = set(), defaultdict(set)  # pending: occurrences no given text read so far explains
+            for gram, *around in self._hits(tokens(_text(data))):
+                found.add(gram)
+                if not any(h in contexts for h in around if h is not None):
+                    pending[gram].add(tuple(around))
+            if pending:
+                candidates.append((rel, found, pending))
         # decided once every given file is read: a copy is explained by given text wherever that text lies
-        for rel, hits in candidates:
-            found = {gram for gram, *_ in hits}
-            unexplained = {gram for gram, *around in hits if not any(h in contexts for h in around if h is not None)}
+        for rel, found, pending in candidates:
+            unexplained = {gram for gram, occurrences in pending.items()
+                           if any(not any(h in contexts for h in around if h is not None) for around in occurrences)}
             for item_id in sorted({i for gram in unexplained for i in self.by_gram[gram]}):
                 novel = self.novel(item_id, contexts)
                 if novel and len(unexplained & novel) >= self.threshold * len(novel):
