@@ -52,7 +52,7 @@ from orchestrator.records import (
     submission_event,
     trace_event,
 )
-from orchestrator.workspace import agent_env, materialise, task_material
+from orchestrator.workspace import agent_env, given_digests, materialise, task_material
 
 POLL_S = 0.2
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -235,6 +235,8 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
             "cell_id": cell.cell_id, "workspace": str(workspace), "records_dir": str(attempt.dir),
             "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": attempt.started, "deadline": deadline,
             "max_submissions": cell.budget.max_submissions,
+            # what a2rl wrote, as it was before the agent started: given text, never evidence of contamination
+            "given": given_digests(workspace),
             "driver_key": session.key if session is not None else None}),  # /status shows its tokens
             opts["eval_timeout_s"] + opts["service_timeout_s"], f"the grader of {cell.task_name} (registering the run)")
 
