@@ -17,7 +17,8 @@ COUNTED_FLAGS = ("copy_of_base", "gamed_tests", "approximate")
 
 def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
-    for row in ledger.cells(cell_ids).values():
+    cells = ledger.cells(cell_ids)
+    for row in cells.values():
         mode = mode_of(row.get("spec") or {})  # a mode other than free is shown with its task: task/mode
         task = row["task"] if mode == "free" else f"{row['task']}/{mode}"
         groups.setdefault((task, row["agent"], row["driver"]), []).append(row)
@@ -27,6 +28,10 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
         if e["cell_id"] in wanted:
             for flag in set(e["payload"].get("flags") or []) & set(COUNTED_FLAGS):
                 flagged[e["cell_id"], flag] = flagged.get((e["cell_id"], flag), 0) + 1
+    estimated: dict[str, int] = {}  # cell -> its final attempt's driver calls whose tokens the proxy estimated
+    for e in ledger.events(kind="driver_usage"):
+        if e["cell_id"] in cells and e["attempt"] == cells[e["cell_id"]]["attempts"] and e["payload"].get("estimated"):
+            estimated[e["cell_id"]] = estimated.get(e["cell_id"], 0) + 1
     out = []
     for (task, agent, driver), rows in sorted(groups.items()):
         scored = [r for r in rows if r["improvement"] is not None]
@@ -44,6 +49,9 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
         n_flagged = sum(1 for r in rows if r.get("contaminated"))
         if n_flagged:
             flags.append(f"contaminated x{n_flagged}")
+        n_estimated = sum(estimated.get(r["cell_id"], 0) for r in rows)
+        if n_estimated:  # their tokens and cost are partly the proxy's count, not the provider's
+            flags.append(f"driver tokens estimated x{n_estimated} calls")
         if len(scored) < len(rows):
             flags.append(f"{len(rows) - len(scored)} without a valid submission")
         held = [r for r in rows if r.get("final_improvement") is not None]

@@ -74,7 +74,8 @@ def usage_from_body(protocol: str, body: bytes) -> Usage:
 class StreamMeter:
     """Reads usage out of a server-sent-event stream as it passes, without holding the stream.
 
-    Only complete events that mention usage are JSON-decoded, so text deltas cost a substring scan.
+    Only complete events that mention usage are JSON-decoded, so text deltas cost a substring scan. The chunks are
+    kept too: a stream cut before its final usage is counted from what it carried (agents.proxy.estimate).
     """
 
     def __init__(self, protocol: str):
@@ -82,9 +83,12 @@ class StreamMeter:
         self._buf = b""
         self._raw: dict | None = None   # the provider's usage object, merged across events
         self._tail = b""                # non-SSE streams (Gemini JSON array): kept whole, parsed at the end
+        self._chunks: list[bytes] = []
+        self.final = False              # the stream's final usage arrived: its counts are the server's own
         self.sse = True
 
     def feed(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
         if not self.sse:
             self._tail += chunk
             return
@@ -110,28 +114,66 @@ class StreamMeter:
             return
         p = self.protocol
         if p == ANTHROPIC:
-            # message_start carries input (and a provisional output count); message_delta the running
+            # message_start carries input (and a provisional output count); message_delta the final
             # output count (and, in newer API versions, input counts again). Later values win.
             u = (obj.get("message") or {}).get("usage") if obj.get("type") == "message_start" else obj.get("usage")
             if isinstance(u, dict):
                 self._raw = {**(self._raw or {}), **{k: v for k, v in u.items() if v is not None}}
+                self.final = self.final or obj.get("type") == "message_delta"
         elif p == OPENAI_CHAT:
             if obj.get("usage"):
                 self._raw = obj["usage"]
+                # the usage chunk has no choices (vLLM's continuous_usage_stats puts usage in every chunk)
+                self.final = self.final or not obj.get("choices") or any(
+                    c.get("finish_reason") for c in obj["choices"] if isinstance(c, dict))
         elif p == OPENAI_RESPONSES:
             u = (obj.get("response") or {}).get("usage")
             if u:
                 self._raw = u
+                self.final = self.final or obj.get("type") in ("response.completed", "response.incomplete",
+                                                               "response.failed")
         elif p == GEMINI:
             if obj.get("usageMetadata"):
                 self._raw = obj["usageMetadata"]
+                # every chunk has usageMetadata; the last (with the finish reason) has the output count
+                self.final = self.final or any(c.get("finishReason") for c in obj.get("candidates") or []
+                                               if isinstance(c, dict))
 
     def usage(self) -> Usage:
         if not self.sse:
+            try:
+                json.loads(self._tail)
+                self.final = True   # the whole array arrived
+            except ValueError:
+                pass
             return usage_from_body(self.protocol, self._tail)
         if self._buf.strip():
             self.feed(b"\n\n")   # a last event without its trailing blank line
         return from_usage_dict(self.protocol, self._raw)
+
+    def events(self) -> list[dict]:
+        """Every complete event the stream carried, decoded (for counting what a cut stream generated)."""
+        raw = b"".join(self._chunks)
+        if not self.sse:   # a JSON array, perhaps cut: its complete elements
+            out: list[dict] = []
+            decoder, text, i = json.JSONDecoder(), raw.decode("utf-8", "replace"), 0
+            while (i := text.find("{", i)) >= 0:
+                try:
+                    obj, i = decoder.raw_decode(text, i)
+                except ValueError:
+                    break
+                out.append(obj)
+            return out
+        out = []
+        for event in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
+            data = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
+            try:
+                obj = json.loads(data) if data else None
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
 
 
 def cost_usd(usage: Usage, driver: dict) -> float:
