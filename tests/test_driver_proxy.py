@@ -55,7 +55,7 @@ def proxy():
 
 
 def driver(provider: str, fake: FakeUpstream, **extra) -> dict:
-    base = fake.url + "/v1" if provider == "openai" else fake.url
+    base = fake.url + "/v1" if provider.startswith("openai") else fake.url
     return {"name": f"fake-{provider}", "provider": provider, "model": "configured-model", "base_url": base,
             "api_key_env": "FAKE_KEY", **PRICES, **extra}
 
@@ -548,7 +548,8 @@ def test_a_completed_stream_without_usage_is_estimated_and_a_complete_one_stays_
     exact, estimated = wait_recorded(state, key, rec, 2)
     assert (exact["input_tokens"], exact["output_tokens"], exact["estimated"]) == (1234, 56, None)
     streamed = "".join(REPLY_PIECES)
-    assert (estimated["input_tokens"], estimated["output_tokens"]) == (round(5 / 4), round(len(streamed) / 4))
+    prompt = "user\nhello"   # the message's strings: its role is prompt text too
+    assert (estimated["input_tokens"], estimated["output_tokens"]) == (round(len(prompt) / 4), round(len(streamed) / 4))
     assert estimated["error"] is None and estimated["estimated"]["output_tokens"] == "characters/4"
 
 
@@ -623,3 +624,52 @@ def test_a_server_refusing_max_tokens_beyond_its_window_reaches_the_agent_and_th
                                           f"/v1/chat/completions): {message}")
     finally:
         vllm.stop()
+
+
+AGENT_STREAMING = r'''
+import sys, httpx
+body = {"model": "m", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "hello"}]}
+with httpx.Client(timeout=60, trust_env=False) as client:
+    with client.stream("POST", sys.argv[1] + "/v1/messages", json=body, headers={"x-api-key": sys.argv[2]}) as r:
+        seen = b""
+        for chunk in r.iter_raw():
+            seen += chunk
+            if seen.count(b"\n\n") >= 4:
+                print("streaming", flush=True)   # and it keeps waiting for the rest, until its deadline kills it
+'''
+
+
+def test_a_stream_the_deadline_cuts_is_in_the_cells_final_usage(ray_cluster, grading_port, tmp_path):
+    """At a cell's deadline its agent's process is killed mid-stream and its key closed (orchestrator.cell.stop):
+    close_cell's final usage, what the outcome and the budget read, already holds the cut call, counted."""
+    import signal
+    import subprocess
+    import sys
+
+    from ray import serve
+
+    from agents.proxy.deployment import DriverProxy
+
+    fake = FakeUpstream(usage=USAGE, expect_key=REAL_KEY, chunks=4, stall_after=4).start()
+    deployment = DriverProxy.options(ray_actor_options={"runtime_env": {"env_vars": {"FAKE_KEY": REAL_KEY}}})
+    handle = serve.run(deployment.bind(), name="driver_proxy_cut", route_prefix="/driver_proxy_cut")
+    try:
+        rec = tmp_path / "calls.jsonl"
+        key = handle.register_cell.remote("d1", driver("anthropic", fake), {}, str(rec)).result()
+        agent = subprocess.Popen([sys.executable, "-c", AGENT_STREAMING,
+                                  f"http://127.0.0.1:{grading_port}/driver_proxy_cut", key],
+                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
+        assert agent.stdout.readline().strip() == "streaming"
+        os.killpg(agent.pid, signal.SIGKILL)   # the deadline
+        agent.wait()
+        usage = handle.close_cell.remote(key, 5.0).result()   # as AgentSession.close does (DRAIN_S)
+        assert (usage["in_flight"], usage["calls"], usage["estimated_calls"]) == (0, 1, 1)
+        # input from the stream's message_start (exact), output from the one text piece it carried
+        expected_output = round(len(REPLY_PIECES[0]) / 4)
+        assert (usage["input_tokens"], usage["output_tokens"]) == (1234, expected_output)
+        [line] = records(rec)
+        assert line["estimated"] == {"input_tokens": "the stream's usage", "output_tokens": "characters/4"}
+        assert line["error"] == "client disconnected"
+    finally:
+        serve.delete("driver_proxy_cut")
+        fake.stop()
