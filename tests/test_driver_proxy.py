@@ -422,8 +422,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_as_ray_serve_deployment(ray_cluster, grading_port, fake, tmp_path):
-    """The same app as a Serve deployment on the session's Serve (conftest), driven via its handle."""
+@pytest.fixture(scope="module")
+def serve_proxy(ray_cluster, grading_port):
+    """The same app as a Serve deployment on the session's Serve (conftest): (its handle, its base URL)."""
     from ray import serve
 
     from agents.proxy.deployment import DriverProxy
@@ -432,23 +433,25 @@ def test_as_ray_serve_deployment(ray_cluster, grading_port, fake, tmp_path):
     # The real key reaches the replica through its environment, never through the agent.
     deployment = DriverProxy.options(ray_actor_options={"runtime_env": {"env_vars": {"FAKE_KEY": REAL_KEY}}})
     handle = serve.run(deployment.bind(retry={"base_s": 0.05}), name=app_name, route_prefix="/driver_proxy_test")
-    try:
-        rec = tmp_path / "serve.jsonl"
-        key = handle.register_cell.remote("s1", driver("openai", fake), {"max_tokens": 2000}, str(rec)).result()
+    yield handle, f"http://127.0.0.1:{grading_port}/driver_proxy_test"
+    serve.delete(app_name)
 
-        base = f"http://127.0.0.1:{grading_port}/driver_proxy_test"
-        r = call(base, "openai_responses", key, stream=True)
-        assert r.status_code == 200 and "response.completed" in r.text
-        assert call(base, "anthropic", key).status_code == 200
-        r = call(base, "openai_chat", key)
-        assert r.status_code == 429 and r.json()["error"]["code"] == "insufficient_quota"
-        usage = handle.usage.remote(key).result()
-        assert (usage["calls"], usage["total_tokens"], usage["exhausted"]) == (3, 2580, "max_tokens")
-        assert [line["status"] for line in records(rec)] == [200, 200, 429]
-        assert handle.close_cell.remote(key).result()["closed"] is True
-        assert call(base, "anthropic", key).status_code == 401
-    finally:
-        serve.delete(app_name)
+
+def test_as_ray_serve_deployment(serve_proxy, fake, tmp_path):
+    """Driven via its handle."""
+    handle, base = serve_proxy
+    rec = tmp_path / "serve.jsonl"
+    key = handle.register_cell.remote("s1", driver("openai", fake), {"max_tokens": 2000}, str(rec)).result()
+    r = call(base, "openai_responses", key, stream=True)
+    assert r.status_code == 200 and "response.completed" in r.text
+    assert call(base, "anthropic", key).status_code == 200
+    r = call(base, "openai_chat", key)
+    assert r.status_code == 429 and r.json()["error"]["code"] == "insufficient_quota"
+    usage = handle.usage.remote(key).result()
+    assert (usage["calls"], usage["total_tokens"], usage["exhausted"]) == (3, 2580, "max_tokens")
+    assert [line["status"] for line in records(rec)] == [200, 200, 429]
+    assert handle.close_cell.remote(key).result()["closed"] is True
+    assert call(base, "anthropic", key).status_code == 401
 
 
 # -- calls cut before the server's usage arrived ------------------------------------------------------------------
@@ -639,25 +642,19 @@ with httpx.Client(timeout=60, trust_env=False) as client:
 '''
 
 
-def test_a_stream_the_deadline_cuts_is_in_the_cells_final_usage(ray_cluster, grading_port, tmp_path):
+def test_a_stream_the_deadline_cuts_is_in_the_cells_final_usage(serve_proxy, tmp_path):
     """At a cell's deadline its agent's process is killed mid-stream and its key closed (orchestrator.cell.stop):
     close_cell's final usage, what the outcome and the budget read, already holds the cut call, counted."""
     import signal
     import subprocess
     import sys
 
-    from ray import serve
-
-    from agents.proxy.deployment import DriverProxy
-
+    handle, base = serve_proxy
     fake = FakeUpstream(usage=USAGE, expect_key=REAL_KEY, chunks=4, stall_after=4).start()
-    deployment = DriverProxy.options(ray_actor_options={"runtime_env": {"env_vars": {"FAKE_KEY": REAL_KEY}}})
-    handle = serve.run(deployment.bind(), name="driver_proxy_cut", route_prefix="/driver_proxy_cut")
     try:
         rec = tmp_path / "calls.jsonl"
         key = handle.register_cell.remote("d1", driver("anthropic", fake), {}, str(rec)).result()
-        agent = subprocess.Popen([sys.executable, "-c", AGENT_STREAMING,
-                                  f"http://127.0.0.1:{grading_port}/driver_proxy_cut", key],
+        agent = subprocess.Popen([sys.executable, "-c", AGENT_STREAMING, base, key],
                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
         assert agent.stdout.readline().strip() == "streaming"
         os.killpg(agent.pid, signal.SIGKILL)   # the deadline
@@ -671,5 +668,4 @@ def test_a_stream_the_deadline_cuts_is_in_the_cells_final_usage(ray_cluster, gra
         assert line["estimated"] == {"input_tokens": "the stream's usage", "output_tokens": "characters/4"}
         assert line["error"] == "client disconnected"
     finally:
-        serve.delete("driver_proxy_cut")
         fake.stop()
