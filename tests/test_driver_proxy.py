@@ -16,6 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+# Imported here, not in the tests: the proxy imports transformers in a background thread (warming a driver's
+# tokenizer at registration), and a test thread importing it at the same moment can see it half-initialised.
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from agents.proxy import ProxyState, RetryPolicy, ThreadServer, make_app
 from agents.proxy.usage import StreamMeter, Usage
@@ -459,7 +462,6 @@ def test_as_ray_serve_deployment(serve_proxy, fake, tmp_path):
 def small_tokenizer(path: Path) -> str:
     """A byte-level BPE trained here in milliseconds, with a ChatML template, saved like a hub tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     from evaluators.base_models import CHATML_TEMPLATE
 
@@ -497,8 +499,6 @@ def test_a_stream_the_agent_drops_is_charged_with_estimated_tokens(proxy, tmp_pa
         if protocol == "anthropic":
             expected, how = (1234, 0), ("the provider's count endpoint", "characters/4")
         elif protocol == "openai_chat":
-            from transformers import AutoTokenizer
-
             tok = AutoTokenizer.from_pretrained(extra["tokenizer"])
             prompt = tok.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=True,
                                              add_generation_prompt=True, return_dict=False)

@@ -71,6 +71,9 @@ def usage_from_body(protocol: str, body: bytes) -> Usage:
     return from_usage_dict(protocol, obj.get("usage") if isinstance(obj, dict) else None)
 
 
+KEEP_BYTES = 16 << 20   # of one stream, for counting it if cut; beyond, what it generated is counted from the start
+
+
 class StreamMeter:
     """Reads usage out of a server-sent-event stream as it passes, without holding the stream.
 
@@ -83,15 +86,18 @@ class StreamMeter:
         self._buf = b""
         self._raw: dict | None = None   # the provider's usage object, merged across events
         self._tail = b""                # non-SSE streams (Gemini JSON array): kept whole, parsed at the end
-        self._chunks: list[bytes] = []
+        self._chunks: list[bytes] = []   # up to KEEP_BYTES: a stream's own size (a 16k-token reply: ~2-3 MB of SSE)
+        self._kept = 0
         self.final = False              # the stream's final usage arrived: its counts are the server's own
         self.sse = True
 
     def feed(self, chunk: bytes) -> None:
-        self._chunks.append(chunk)
         if not self.sse:
             self._tail += chunk
             return
+        if self._kept < KEEP_BYTES:
+            self._chunks.append(chunk)
+            self._kept += len(chunk)
         buf = self._buf + chunk
         # Events end with a blank line: \n\n, or \r\n\r\n as Google's servers send.
         end = max(buf.rfind(b"\n\n"), buf.rfind(b"\r\n\r\n"))
@@ -105,12 +111,8 @@ class StreamMeter:
                     self._event(event)
 
     def _event(self, event: bytes) -> None:
-        data = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            return
-        if not isinstance(obj, dict):
+        obj = _event_data(event)
+        if obj is None:
             return
         p = self.protocol
         if p == ANTHROPIC:
@@ -153,10 +155,9 @@ class StreamMeter:
 
     def events(self) -> list[dict]:
         """Every complete event the stream carried, decoded (for counting what a cut stream generated)."""
-        raw = b"".join(self._chunks)
         if not self.sse:   # a JSON array, perhaps cut: its complete elements
             out: list[dict] = []
-            decoder, text, i = json.JSONDecoder(), raw.decode("utf-8", "replace"), 0
+            decoder, text, i = json.JSONDecoder(), self._tail.decode("utf-8", "replace"), 0
             while (i := text.find("{", i)) >= 0:
                 try:
                     obj, i = decoder.raw_decode(text, i)
@@ -164,16 +165,19 @@ class StreamMeter:
                     break
                 out.append(obj)
             return out
-        out = []
-        for event in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
-            data = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
-            try:
-                obj = json.loads(data) if data else None
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-        return out
+        raw = b"".join(self._chunks)
+        events = (_event_data(e) for e in raw.replace(b"\r\n", b"\n").split(b"\n\n"))
+        return [e for e in events if e is not None]
+
+
+def _event_data(event: bytes) -> dict | None:
+    """The JSON object in one server-sent event's data lines (None: no data, not JSON, or not an object)."""
+    data = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
+    try:
+        obj = json.loads(data) if data else None
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def cost_usd(usage: Usage, driver: dict) -> float:
