@@ -494,7 +494,7 @@ class FakeUpstream:
             return None
         return JSONResponse({"error": {
             "message": f"{param}={body[param]} cannot be greater than max_model_len={self.max_model_len}. "
-                       "Please request fewer output tokens.",
+                       f"Please request fewer output tokens. (parameter={param}, value={body[param]})",
             "type": "BadRequestError", "param": param, "code": 400}}, 400)
 
     async def _paced(self, events: list[bytes]):
