@@ -117,6 +117,11 @@ class Task:
         in an installed package): the agent's sandbox hides these. Cheap: it must not load the data."""
         return []
 
+    def data_files(self) -> list[Path]:
+        """The files and folders this task reads its data from, hashed into the sweep's manifest (a task that makes
+        its data in-process from its config reads none). Cheap: it must not load the data. Default: hidden_paths()."""
+        return self.hidden_paths()
+
 
 class InteractiveTask(Task):
     """A task whose items are episodes in an environment (level 3). The grader plays every eval instance with the

@@ -29,6 +29,7 @@ from contracts.layout import Layout
 from contracts.records import (
     ATTEMPT,
     DRIVER_CALLS,
+    NETWORK,
     OUTCOME,
     REPROMPTS,
     SUBMISSIONS,
@@ -262,7 +263,7 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
             return sandbox.start(argv, workspace, env, attempt.dir / "agent.stdout", attempt.dir / "agent.stderr",
                                  sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly, settings=settings,
                                  cell_id=cell.cell_id, forward=reachable(opts),
-                                 memory_bytes=settings.memory_bytes(cell.budget))
+                                 memory_bytes=settings.memory_bytes(cell.budget), network_log=attempt.dir / NETWORK)
         process = spawn(argv, env)
     except BaseException:
         if session is not None:
