@@ -47,6 +47,9 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
         n_flagged = sum(1 for r in rows if r.get("contaminated"))
         if n_flagged:
             flags.append(f"contaminated x{n_flagged}")
+        n_estimated = sum(costs[r["cell_id"]]["driver_estimated_calls"] for r in rows)
+        if n_estimated:  # their tokens and cost are partly the proxy's count, not the provider's
+            flags.append(f"driver tokens estimated x{n_estimated} calls")
         if len(scored) < len(rows):
             flags.append(f"{len(rows) - len(scored)} without a valid submission")
         spent = [costs[r["cell_id"]] for r in rows]

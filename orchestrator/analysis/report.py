@@ -246,6 +246,7 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
             "pass_at_k": pd.concat(pass_k, ignore_index=True),
             "failure_classes": failure_classes,
             "curves": curve_table,
+            "estimated_usage": tables.estimated_usage(events),
             **tables_out,
         },
     }
@@ -594,6 +595,20 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
         rows = [[f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task, r.agent, r.driver, r.mode, r.seed,
                  "kept" if not r.mode_violation else f"**broken**: {r.mode_violation}"] for r in checked.itertuples()]
         lines += [md_table(["cell", "task", "agent", "driver", "mode", "seed", "rules"], rows), ""]
+
+    estimated = t.get("estimated_usage")
+    if estimated is not None and len(estimated):
+        lines += ["## Estimated driver tokens", "",
+                  "Calls whose stream was cut before the server sent its usage (the agent hung up, or its deadline "
+                  "ended it) are counted by the driver proxy itself: prompt tokens with the model's tokenizer or the "
+                  "provider's count endpoint, else from characters, and generated tokens from what was streamed "
+                  "(each record's `estimated` says how). They are in every token and cost figure here; these cells "
+                  "hold such counts.", ""]
+        rows = [[f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task, r.agent, r.driver, r.seed,
+                 f"{r.estimated_calls} of {r.calls}", f"{int(r.estimated_tokens)} of {int(r.tokens)}"]
+                for r in estimated.itertuples()]
+        lines += [md_table(["cell", "task", "agent", "driver", "seed", "estimated calls", "estimated tokens"], rows),
+                  ""]
 
     lines += ["## Cells", ""]
     rows = [[r.cell_id if r.status == "pending" else f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task,

@@ -82,6 +82,7 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
     used = metered_totals(u["payload"] for u in payloads["driver_usage"])
     tokens, cost = used["input_tokens"] + used["output_tokens"], used["cost_usd"]
     metered = bool(payloads["driver_usage"])
+    cut = metered_totals(u["payload"] for u in payloads["driver_usage"] if u["payload"].get("estimated"))
     best_is_copy = best_sub is not None and "copy_of_base" in best_sub["flags"]
 
     report = {
@@ -109,6 +110,8 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         "gap_after_last_submission_s": (elapsed - trajectory[-1]["t"]) if elapsed is not None and trajectory
         else elapsed,
         "tokens": tokens if metered else None, "cost_usd": cost if metered else None,
+        # of those, counted by the proxy (streams cut before the server's usage arrived): agents.proxy.estimate
+        "estimated_calls": cut["calls"], "estimated_tokens": cut["input_tokens"] + cut["output_tokens"],
         "env_usage": outcome.get("env_usage"),  # level 3: resets, steps and wins through the rollout service
         # the agent's time working vs waiting on its driver's rate limits (budget.working_time counts the first)
         "working_s": outcome.get("working_s"), "waiting_s": outcome.get("waiting_s"),
@@ -260,7 +263,9 @@ def render_markdown(r: dict) -> str:
         + (f"; working {_secs(r['working_s'])}, waiting on rate limits {_secs(r['waiting_s'])}"
            if r.get("working_s") is not None else ""),
         "- Budget used: " + ", ".join(f"{k} {fmt(v * 100, 0)}%" for k, v in used.items() if v is not None)
-        + (f"; tokens {r['tokens']}, cost ${r['cost_usd']:.4f}" if r["tokens"] is not None else ""),
+        + (f"; tokens {r['tokens']}, cost ${r['cost_usd']:.4f}" if r["tokens"] is not None else "")
+        + (f" ({r['estimated_tokens']} tokens of {r['estimated_calls']} cut call(s) estimated by the proxy)"
+           if r.get("estimated_calls") else ""),
         f"- Cost: driver ${r['cost']['driver_cost_usd']:.4f} ({r['cost']['driver_tokens']} tokens), judge "
         f"${r['cost']['judge_cost_usd']:.4f}, {r['cost']['gpu_hours']:.3f} GPU-hours reserved"
         + (f"; anchored score {fmt(r['anchored'], signed=True)} (reference {fmt(r['reference_score'])})"

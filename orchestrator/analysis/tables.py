@@ -136,6 +136,8 @@ def events_frame(cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     usage = out["kind"] == "driver_usage"
     for key in USAGE_KEYS:
         out[key] = [p.get(key) if u else None for p, u in zip(payloads, usage)]
+    # the proxy counted this call's tokens itself (a stream cut before the server's usage): agents.proxy.estimate
+    out["estimated"] = [bool(p.get("estimated")) if u else None for p, u in zip(payloads, usage)]
     for col in ("score", "baseline_score", "improvement", "best", "elapsed_s") + USAGE_KEYS:
         out[col] = pd.to_numeric(out[col], errors="coerce").astype(float)
     out["submission_id"] = pd.to_numeric(out["submission_id"], errors="coerce").astype("Int64")
@@ -176,6 +178,21 @@ def usage(events: pd.DataFrame) -> pd.DataFrame:
     use = events[(events["kind"] == "driver_usage") & events["final_attempt"]].copy()
     use["tokens"] = use["input_tokens"].fillna(0) + use["output_tokens"].fillna(0)
     return use.sort_values(["cell_id", "t"]).reset_index(drop=True)
+
+
+def estimated_usage(events: pd.DataFrame) -> pd.DataFrame:
+    """Per cell (final attempts) whose driver tokens are partly the proxy's own count (streams cut before the server
+    sent its usage): calls and tokens in all, and how many of them are estimated."""
+    cols = ["cell_id", "task", "agent", "driver", "seed", "calls", "tokens", "estimated_calls", "estimated_tokens"]
+    use = usage(events)
+    if not len(use) or "estimated" not in use:
+        return pd.DataFrame(columns=cols)
+    use["estimated_tokens"] = use["tokens"].where(use["estimated"].fillna(False).astype(bool), 0.0)
+    per_cell = (use.groupby(["cell_id", "task", "agent", "driver", "seed"], sort=True)
+                .agg(calls=("tokens", "size"), tokens=("tokens", "sum"),
+                     estimated_calls=("estimated", lambda e: int(e.fillna(False).astype(bool).sum())),
+                     estimated_tokens=("estimated_tokens", "sum")).reset_index())
+    return per_cell[per_cell["estimated_calls"] > 0][cols].reset_index(drop=True)
 
 
 def results(cells: pd.DataFrame, infra_errors: str = "failure") -> pd.DataFrame:
