@@ -96,7 +96,7 @@ def _whole(src: Tensors, name: str):
     return src.rows(name, 0, shape[0] if shape else 1)
 
 
-def _same_shape(sub: Tensors, ref: Tensors) -> bool:
+def same_shape(sub: Tensors, ref: Tensors) -> bool:
     """Every tensor of ref is in sub with its shape; what sub has beyond them are tied copies of one of them (the
     output embedding a checkpoint stores once)."""
     if any(sub.shapes.get(k) != s for k, s in ref.shapes.items()):
@@ -116,7 +116,7 @@ def distances(sub: Tensors, known: Tensors, base: Tensors | None) -> tuple[float
     of the known model's shape. d_base is inf when the base is not of that shape either."""
     import torch
 
-    if not _same_shape(sub, known):
+    if not same_shape(sub, known):
         return None
     with_base = base is not None and all(base.shapes.get(k) == s for k, s in known.shapes.items())
     moved = {"known": 0.0, "base": 0.0}

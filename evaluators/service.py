@@ -130,6 +130,7 @@ class Evaluator:
         try:
             self.base_digest = self.backend.weights_digest(base)
             self.base_weights = self.backend.weights(base)  # kept (on the CPU) to tell a near copy of them
+            self._say_known_shapes()
             if not self.judge_driver:  # with a judge the proxy must answer: scored on the first run's registration
                 for split in self._splits():
                     self.baseline[split] = self._score(base, self._base_key(), split=split)["score"]  # cached
@@ -242,6 +243,19 @@ class Evaluator:
         base = LoadedTensors(self.base_weights) if self.base_weights is not None else SafetensorsTensors(
             self.base_dir)
         return identify(sub, base, self.known, self.near_copy_tol, self.spec.contamination.known_closer_ratio)
+
+    def _say_known_shapes(self) -> None:
+        """Log the known models not of the base's shape (their names or shapes differ): only a submission of their
+        own shape is compared with them, so a naming mismatch would otherwise pass unseen."""
+        from evaluators.identity import LoadedTensors, same_shape
+
+        if self.base_weights is None:
+            return
+        for model in self.known:
+            if not same_shape(LoadedTensors(self.base_weights), model.tensors):
+                log.warning("known model %s is not of the base model's shape (%d tensors, the base %d): it is "
+                            "compared only with submissions of its own shape", model.name, len(model.tensors.shapes),
+                            len(self.base_weights))
 
     def _retention(self, loaded, key: str) -> dict:
         """The final submission's score on the retention task's items beside the base's there."""

@@ -123,6 +123,8 @@ print("ANSWER", urllib.request.urlopen(request, timeout=600).read().decode(), fl
 def test_a_sweep_flags_the_submitted_sibling_and_the_lost_skill_not_the_trained_model(run_sweep, tmp_path, models):
     """Task gsm_symbolic (cut short) on the base that answers 0, the sibling (answers 100: the base's arithmetic
     lost) a known model, and retention on arithmetic."""
+    from orchestrator.analysis import tables
+    from orchestrator.analysis.report import _doubts_section
     from orchestrator.analysis.run_report import cell_report
 
     base, sibling, trained = models["base"], models["sibling"], models["trained"]
@@ -165,3 +167,7 @@ def test_a_sweep_flags_the_submitted_sibling_and_the_lost_skill_not_the_trained_
     assert "Known checkpoint" in report and "retention_drop" in report
     line = next(ln for ln in printed.splitlines() if ln.startswith("gsm_symbolic"))
     assert "known_checkpoint x1" in line and "retention_drop x1" in line and "without the 1 flagged" in line
+
+    # the sweep report's section: the flagged cell counted, results with and without it
+    section = "\n".join(_doubts_section(tables.load(out)[0]))
+    assert "known_checkpoint x1, retention_drop x1" in section and "1 of 2 runs flagged" in section, section
