@@ -82,12 +82,13 @@ class Evaluator:
     evaluation lost with its process is simply asked again of another replica (or of this one, restarted)."""
 
     def __init__(self, task_cls: type, spec: TaskSpec, cache_dir: str, driver_url: str | None = None,
-                 scope: str = ""):
+                 scope: str = "", retention_cls: type | None = None):
         import torch
 
         from contracts.task import build_task
         from evaluators.backends import make_backend
         from evaluators.base_models import resolve_base_model
+        from evaluators.identity import load_known
         from evaluators.model_size import bound_memory, default_bound
 
         # Whatever a submission makes it allocate, this process fails the allocation before the node runs out
@@ -120,13 +121,27 @@ class Evaluator:
                         "a train row): a copy of them cannot be told from given text", spec.name,
                         len(self.hidden.exposed), self.hidden.exposed[0])
         self.near_copy_tol = spec.contamination.near_copy_tol
+        # the base model's public siblings a submission is told apart from (evaluators/identity.py): read from disk
+        # a slice at a time, never held whole nor put on a GPU
+        self.known = load_known(spec.known_models, Path(cache_dir) / "models")
+        # retention: another task's held-out items the final submission is also scored on (the base's score there
+        # measured once, cached like the baseline)
+        self.retention_task, self.retention_baseline = None, None
+        if spec.retention is not None:
+            other = TaskSpec.from_config(spec.retention.task)
+            self.retention_task = build_task(other, cache_dir, retention_cls)
+            self.rows["retention"] = self.retention_task.final_rows() or self.retention_task.eval_rows()
+            self.scores["retention"] = ScoreCache(root / "retention" / other.name / split_key(other.config))
         base = self.backend.load(self.base_dir)
         try:
             self.base_digest = self.backend.weights_digest(base)
             self.base_weights = self.backend.weights(base)  # kept (on the CPU) to tell a near copy of them
+            self._say_known_shapes()
             if not self.judge_driver:  # with a judge the proxy must answer: scored on the first run's registration
                 for split in self._splits():
                     self.baseline[split] = self._score(base, self._base_key(), split=split)["score"]  # cached
+            if self.retention_task is not None:
+                self.retention_baseline = self._score(base, self._base_key(), split="retention")["score"]
         finally:
             self.backend.unload(base)
         log.info("grader %s ready: baseline %s on %d eval items", spec.name, self.baseline, len(self.rows["eval"]))
@@ -175,8 +190,15 @@ class Evaluator:
             if digest is not None and out["digest"] != digest:
                 raise ValueError(f"its weights changed since they were scored (digest {out['digest'][:12]}, "
                                  f"expected {digest[:12]})")
-            if out["digest"] == self.base_digest or await asyncio.to_thread(self._near_copy, loaded):
+            weights = await asyncio.to_thread(self.backend.weights, loaded) if self.base_weights is not None \
+                or self.known else None
+            if out["digest"] == self.base_digest or await asyncio.to_thread(self._near_copy, weights):
                 out["flags"].append("copy_of_base")
+            if self.known and split == "eval":  # (the final split scores a submission checked already)
+                out["identity"], out["known_checkpoint"] = await asyncio.to_thread(self._identify, weights,
+                                                                                   Path(model_dir))
+                if out["known_checkpoint"] is not None:
+                    out["flags"].append("known_checkpoint")
             key = await asyncio.to_thread(score_key, Path(model_dir), out["digest"])
             result, out["judge_usage"], _ = await self._judged(loaded, key, cell_id,
                                                                Path(records_dir) / JUDGE_CALLS, split)
@@ -184,6 +206,10 @@ class Evaluator:
             out["flags"] += result.get("flags", [])
             if result["cached"]:
                 out["flags"].append("cached")
+            if split == "final" and self.retention_task is not None:
+                out["retention"] = await asyncio.to_thread(self._retention, loaded, key)
+                if out["retention"]["drop"] > out["retention"]["max_drop"]:
+                    out["flags"].append("retention_drop")
             if scanning is not None:
                 survey = await scanning
                 if survey.matches:
@@ -210,12 +236,44 @@ class Evaluator:
         """Where the hidden items are in the workspace (evaluators.contamination)."""
         return self.hidden.scan(Path(workspace), given)
 
-    def _near_copy(self, loaded) -> bool:
+    def _near_copy(self, weights: dict | None) -> bool:
         """Every weight within a tiny distance of the base model's: a copy of it, though not a byte-exact one."""
-        if self.base_weights is None:
+        if self.base_weights is None or weights is None:
             return False
-        weights = self.backend.weights(loaded)
-        return weights is not None and relative_distance(weights, self.base_weights) <= self.near_copy_tol
+        return relative_distance(weights, self.base_weights) <= self.near_copy_tol
+
+    def _identify(self, weights: dict | None, model_dir: Path) -> tuple[dict, dict | None]:
+        """Its distances to the base and the known models, and the known model it is flagged as (or None). A backend
+        that does not give its weights (vLLM) has them read from the submitted safetensors files instead."""
+        from evaluators.identity import LoadedTensors, SafetensorsTensors, identify
+
+        try:
+            sub = LoadedTensors(weights) if weights is not None else SafetensorsTensors(model_dir)
+            base = LoadedTensors(self.base_weights) if self.base_weights is not None else SafetensorsTensors(
+                self.base_dir)
+        except FileNotFoundError as e:  # a pickled checkpoint on a backend that gives no weights: said, not failed
+            return {"unchecked": str(e)}, None
+        return identify(sub, base, self.known, self.near_copy_tol, self.spec.contamination.known_closer_ratio)
+
+    def _say_known_shapes(self) -> None:
+        """Log the known models not of the base's shape (their names or shapes differ): only a submission of their
+        own shape is compared with them, so a naming mismatch would otherwise pass unseen."""
+        from evaluators.identity import LoadedTensors, same_shape
+
+        if self.base_weights is None:
+            return
+        for model in self.known:
+            if not same_shape(LoadedTensors(self.base_weights), model.tensors):
+                log.warning("known model %s is not of the base model's shape (%d tensors, the base %d): it is "
+                            "compared only with submissions of its own shape", model.name, len(model.tensors.shapes),
+                            len(self.base_weights))
+
+    def _retention(self, loaded, key: str) -> dict:
+        """The final submission's score on the retention task's items beside the base's there."""
+        score = self._score(loaded, key, split="retention")["score"]
+        return {"task": self.retention_task.spec.name, "score": score, "baseline_score": self.retention_baseline,
+                "drop": self.retention_baseline - score, "max_drop": self.spec.retention.max_drop,
+                "n": len(self.rows["retention"])}
 
     def _load(self, model_dir: Path):
         from evaluators.backends.base import ModelLoadError
@@ -234,7 +292,8 @@ class Evaluator:
         from evaluators.evaluate import evaluate_loaded
 
         started = time.time()
-        result = evaluate_loaded(self.task, self.backend, loaded, self.rows[split], judge=judge)
+        task = self.retention_task if split == "retention" else self.task
+        result = evaluate_loaded(task, self.backend, loaded, self.rows[split], judge=judge)
         entry = {"score": result["score"], "n": result["n"], "eval_s": time.time() - started}
         if result.get("metrics"):
             entry["metrics"] = result["metrics"]
@@ -522,6 +581,8 @@ class Grader:
             record.update(submission_id=held["submission_id"], marked=held["marked"], model_path=held["model_path"],
                           feedback_score=held["score"], score=result["score"], error=result["error"],
                           flags=[f for f in result["flags"] if f != "cached"], metrics=result.get("metrics"))
+            if result.get("retention"):
+                record["retention"] = result["retention"]  # the general ability it kept (task.retention)
             await asyncio.to_thread(shutil.rmtree, Path(run["records_dir"]) / FINAL_CANDIDATES, True)
         record["improvement"] = None if record["score"] is None else record["score"] - record["baseline_score"]
         await asyncio.to_thread(write_json_durably, Path(run["records_dir"]) / FINAL, record)
@@ -556,6 +617,10 @@ class Grader:
             record["refunded"] = True
         if result.get("contamination"):
             record["contamination"] = result["contamination"]  # never in the agent's answer: it would name items
+        if result.get("identity"):  # its distances to the base and the known models (evaluators/identity.py)
+            record["identity"] = result["identity"]
+        if result.get("known_checkpoint"):
+            record["known_checkpoint"] = result["known_checkpoint"]
         if result.get("contamination_scan"):
             record["contamination_scan"] = result["contamination_scan"]  # e.g. "scan truncated: more than ..."
         append_jsonl(Path(run["records_dir"]) / SUBMISSIONS, record)  # durable before the answer
@@ -592,7 +657,9 @@ def deploy(spec: TaskSpec, cache_dir: str, emulated_gpus: bool = False, driver_u
         evaluator = Evaluator.options(num_replicas=spec.grader.num_replicas, ray_actor_options=options,
                                       max_ongoing_requests=spec.grader.max_concurrent)
         router = Grader.options(name=app_name(spec.name, scope), ray_actor_options={"num_cpus": 0})
-        return router.bind(evaluator.bind(task_class(spec.cls), spec, cache_dir, driver_url, scope), spec, scope)
+        retention_cls = None if spec.retention is None else task_class(spec.retention.task["cls"])
+        return router.bind(evaluator.bind(task_class(spec.cls), spec, cache_dir, driver_url, scope, retention_cls),
+                           spec, scope)
 
     route = scoped_route(f"/{spec.name}", scope)
     deploy_once(app_name(spec.name, scope), route, [spec.config, cache_dir, emulated_gpus, driver_url], build)

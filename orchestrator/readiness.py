@@ -43,10 +43,13 @@ def missing(cells: list[CellSpec], cache_dir: Path, cli_path: list[str]) -> list
             out += load_task(task, cache_dir).missing_data()
         except Exception as e:  # noqa: BLE001 - a dry run reports, it does not stop
             out.append(f"task {task.get('name')}: {type(e).__name__}: {e}")
-        base = str(task.get("base_model", ""))
-        if "/" in base and not Path(base).expanduser().exists() and not _model_cached(base, cache_dir):
-            out.append(f"base model {base} ({task.get('name')}) is not in {cache_dir / 'models'}: it is fetched "
-                       "once at the first cell (needs the network and the disk)")
+        for role, model in [("base model", task.get("base_model", "")),
+                            *(("known model", m) for m in task.get("known_models") or [])]:
+            model = str(model)
+            if "/" in model and not Path(model).expanduser().exists() and not _model_cached(model, cache_dir):
+                out.append(f"{role} {model} ({task.get('name')}) is not in {cache_dir / 'models'}: it is fetched "
+                           "once " + ("at the first cell" if role == "base model" else "when its grader starts")
+                           + " (needs the network and the disk)")
     return out
 
 

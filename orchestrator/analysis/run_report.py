@@ -25,6 +25,8 @@ FAILURE_CLASSES = {
     "code_error": "no valid submission: the agent crashed, or every submission failed to load or evaluate",
     "no_submission": "the agent exited on its own without submitting",
     "copy_model_fallback": "the best submission is a copy of the base model",
+    "known_checkpoint": "the best submission is a known public checkpoint (task.known_models), not trained from the "
+                        "base",
     "training_diverged": "every valid submission scored below the baseline",
     "budget_exhausted": "a budget limit ended the run before any improvement",
     "no_improvement": "valid submissions, none better than the baseline",
@@ -84,6 +86,9 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
     metered = bool(payloads["driver_usage"])
     cut = metered_totals(u["payload"] for u in payloads["driver_usage"] if u["payload"].get("estimated"))
     best_is_copy = best_sub is not None and "copy_of_base" in best_sub["flags"]
+    best_is_known = best_sub is not None and "known_checkpoint" in best_sub["flags"]
+    known = [{"index": e["payload"].get("submission_id"), **e["payload"]["known_checkpoint"]}
+             for e in payloads["submission"] if e["payload"].get("known_checkpoint")]
 
     report = {
         "cell_id": cell["cell_id"],
@@ -106,6 +111,8 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         "monotonic_ratio": rises / steps if steps else None,
         "copy_of_base_count": sum("copy_of_base" in s["flags"] for s in trajectory),
         "cached_count": sum("cached" in s["flags"] for s in trajectory),
+        # submissions that are a known public checkpoint (which, and its distances to it and to the base)
+        "known_checkpoint_count": len(known), "known_checkpoints": known,
         "elapsed_s": elapsed,
         "gap_after_last_submission_s": (elapsed - trajectory[-1]["t"]) if elapsed is not None and trajectory
         else elapsed,
@@ -132,7 +139,7 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
     report["anchored"] = (best or 0.0) / span if span and span > 0 else None
     report["cost"] = cell_cost(cell_dir / f"attempt-{attempt}" if cell_dir is not None and attempt else None,
                                [u["payload"] for u in payloads["driver_usage"]], budget.get("gpus"), elapsed)
-    report["outcome_class"] = classify(report, best_is_copy)
+    report["outcome_class"] = classify(report, best_is_copy, best_is_known)
     report["failure_class"] = None if report["outcome_class"] == "improved" else report["outcome_class"]
     report["code_diff"] = _code_diff(cell_dir, trajectory, best_sub)
     report["mode"] = tables.mode_of(spec)
@@ -142,7 +149,7 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
     return report
 
 
-def classify(report: dict, best_is_copy: bool = False) -> str:
+def classify(report: dict, best_is_copy: bool = False, best_is_known: bool = False) -> str:
     """"improved", or the main reason the cell did not improve (FAILURE_CLASSES), first match wins."""
     status, n_subs, best = report["status"], report["n_submissions"], report["best_improvement"]
     limit_ended = bool(report["limit_hit"]) or status == "budget_exhausted"
@@ -151,6 +158,8 @@ def classify(report: dict, best_is_copy: bool = False) -> str:
         return "in_progress"
     if status == "infra_error":
         return "infra_error"
+    if best_is_known:  # whatever it scored, it is not the agent's training
+        return "known_checkpoint"
     if best is not None and best > EPS and not best_is_copy:
         return "improved"
     if n_subs == 0:
@@ -278,6 +287,16 @@ def render_markdown(r: dict) -> str:
         error = f"; error: {final['error']}" if final["error"] else ""
         lines.append(f"- Held-out final score: {fmt(final['score'])} (improvement "
                      f"{fmt(final['improvement'], signed=True)}, n={final['n']}) of submission {which}{error}")
+        kept = final.get("retention")
+        if kept:
+            lines.append(f"- Retention on {kept['task']} (n={kept['n']}): {fmt(kept['score'])} against the base's "
+                         f"{fmt(kept['baseline_score'])}, a drop of {fmt(kept['drop'])} points (allowed "
+                         f"{fmt(kept['max_drop'])})" + (": **retention_drop**" if kept["drop"] > kept["max_drop"]
+                                                        else ""))
+    for k in r["known_checkpoints"]:
+        base = "another shape" if k["base_distance"] is None else f"{k['base_distance']:.3g}"
+        lines.append(f"- **Known checkpoint**: submission #{k['index']} is {k['model']} (relative distance "
+                     f"{k['distance']:.3g} to it, {base} to the base)")
     if r.get("contaminated"):
         found = r.get("contamination") or []
         lines.append(f"- **Contamination**: hidden eval items found in what the agent wrote ({len(found)} at the end"

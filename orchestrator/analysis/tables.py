@@ -27,6 +27,10 @@ MISSING_STATUSES = ("pending", "running")
 GROUP = ["task", "agent", "driver", "mode"]
 FILTER_KEYS = ("task", "agent", "driver", "sweep", "seed", "mode")
 INFRA_POLICIES = ("failure", "exclude")
+# Flags that put a cell's result in doubt: a submission that is not the agent's training (a known public checkpoint,
+# evaluators/identity.py), a final model that lost the general ability its task keeps (task.retention). Tables give
+# the results without such cells beside the results with them.
+DOUBTFUL_FLAGS = ("known_checkpoint", "retention_drop")
 
 CELL_COLUMNS = ["cell_id", "sweep", "agent", "driver", "task", "seed", "status", "attempts", "baseline_score",
                 "best_score", "improvement", "n_submissions", "limit_hit", "started_at", "ended_at", "error", "spec",
@@ -62,7 +66,8 @@ def load(output_dir: str | Path, filters: dict | None = None) -> tuple[pd.DataFr
     cells, events = read_ledger(output_dir)
     cells = filter_cells(cells, filters)
     events = events_frame(cells, events[events["cell_id"].isin(cells["cell_id"])])
-    return cost.with_costs(Path(output_dir), with_reprompts(cells_frame(cells), events), events), events
+    return with_doubts(cost.with_costs(Path(output_dir), with_reprompts(cells_frame(cells), events), events),
+                       events), events
 
 
 def filter_cells(cells: pd.DataFrame, filters: dict | None) -> pd.DataFrame:
@@ -163,6 +168,22 @@ def with_reprompts(cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     out = cells.copy()
     out["reprompts"] = [counts.get(c, 0) for c in out["cell_id"]]
     out["improvement_first_stop"] = [first_stop.get(c, imp) for c, imp in zip(out["cell_id"], out["improvement"])]
+    return out
+
+
+def with_doubts(cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """Adds `doubts`: the DOUBTFUL_FLAGS of the final attempt's submissions and held-out record, comma-joined (""
+    when none)."""
+    found: dict[str, set[str]] = {}
+    final = events[events["final_attempt"]] if len(events) else events
+    for cell_id, kind, payload in zip(final["cell_id"], final["kind"], final["payload"]):
+        if kind not in ("submission", "outcome"):
+            continue
+        p = json.loads(payload) if isinstance(payload, str) else (payload or {})
+        flags = p.get("flags") if kind == "submission" else (p.get("final") or {}).get("flags")
+        found.setdefault(cell_id, set()).update(set(flags or []) & set(DOUBTFUL_FLAGS))
+    out = cells.copy()
+    out["doubts"] = [",".join(sorted(found.get(c, ()))) for c in out["cell_id"]]
     return out
 
 
