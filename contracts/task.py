@@ -8,6 +8,7 @@ for an interactive task, one episode per eval instance of its environment.
 from __future__ import annotations
 
 import inspect
+import json
 import random
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,6 +28,8 @@ class Task:
     # How the task can be graded (its config's `protocol:`): `a2rl`, a2rl's own; `paper`, exactly as the original
     # benchmark grades it (prompt, decoding, reply handling, scoring, metric), for tasks that have one.
     protocols: tuple[str, ...] = ("a2rl",)
+    salt_file = "eval-salt"  # CACHE_DIR/grading/<salt_file>: the secret a generated hidden split is drawn with
+    eval_salt: str | None = None  # the config's fixed salt, where the task takes one (null: the secret)
 
     def __init__(self, spec: TaskSpec):
         self.spec = spec
@@ -49,6 +52,13 @@ class Task:
     @property
     def rollout(self) -> RolloutSettings:
         return self.spec.rollout
+
+    def salt(self) -> str:
+        """The secret the hidden splits are drawn with: the config's eval_salt (fixed: for reproductions only), else
+        a random one made once per cache on the grading side (contracts.grading_secrets)."""
+        from contracts.grading_secrets import grading_secret
+
+        return str(self.eval_salt) if self.eval_salt else grading_secret(self.cache_dir, self.salt_file)
 
     def train_rows(self) -> list[dict]:
         """Visible to the agent. Each row has at least id, prompt, answer and completion (what an SFT learns)."""
@@ -127,9 +137,46 @@ class InteractiveTask(Task):
     environment_class: type[Environment]  # its render/parse module is what built-in agents get beside them
     prompt_modules: dict = {}  # protocol -> the render/parse module agents get under it, where not the class's
     eval_workers = 0  # processes stepping eval episodes while the model generates (0: in the grader's process)
+    n_train = n_eval = n_final = 0
+    # What the instructions call the instances and actions (the rollout API calls them games and commands), and
+    # what a step's reward is
+    instance_noun, action_noun = "games", "commands"
+    reward_text = "1 when the episode is won, else 0"
+
+    def set_splits(self, n_train: int, n_eval: int, final_size: int | None, eval_salt: str | None = None,
+                   caps: bool = False) -> None:
+        """The split sizes and the salt knob, checked: n_train and n_eval >= 1 (with `caps`, as for upstream data,
+        0 means all), final_size >= 0 (None: as many as n_eval)."""
+        self.n_train, self.n_eval = int(n_train), int(n_eval)
+        self.n_final = self.n_eval if final_size is None else int(final_size)
+        self.eval_salt = eval_salt
+        least = 0 if caps else 1
+        if self.n_train < least or self.n_eval < least or self.n_final < 0:
+            raise ValueError(f"task {self.name}: n_train={n_train} and n_eval={n_eval} must be >= {least}, "
+                             f"final_size={final_size} >= 0 (or null: as many as n_eval)")
+
+    def cached_rows(self, path: Path, make_rows) -> list[dict]:
+        """Rows kept as JSONL at `path` (under the grading cache), made by make_rows() once across processes."""
+        from contracts.file_lock import build_once
+
+        def write(tmp: Path) -> None:
+            tmp.write_text("".join(json.dumps(row) + "\n" for row in make_rows()))
+
+        build_once(path, write)
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def environment(self) -> Environment:
         raise NotImplementedError
+
+    def rollout_section(self) -> str:
+        """The instructions' "Rollout service" section, rendered from the service's route table."""
+        from contracts.rollout_api import instructions_section
+
+        env = self.environment()
+        train = env.instances("train")
+        return instructions_section(n_train=len(train), instances=self.instance_noun, actions=self.action_noun,
+                                    info_keys=list(train[0].info) if train else [], reward=self.reward_text,
+                                    max_steps=env.max_steps, settings=self.rollout)
 
     def eval_rows(self) -> list[dict]:
         """One row per eval instance: its id, the instance's name and what the environment says about it."""

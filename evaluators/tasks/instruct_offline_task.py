@@ -75,10 +75,7 @@ class InstructOfflineTask(PairwiseTask):
 
     @cached_property
     def _eval(self) -> list[dict]:
-        from contracts.grading_secrets import grading_secret
-
-        salt = self.eval_salt or grading_secret(self.cache_dir, "eval-salt")
-        digest = hashlib.sha256(f"{salt}:{self.name}:{self.eval_seed}".encode()).digest()
+        digest = hashlib.sha256(f"{self.salt()}:{self.name}:{self.eval_seed}".encode()).digest()
         rng = random.Random(int.from_bytes(digest[:8], "big"))
         seen, rows = {row["prompt"] for row in self._train}, []
         for _ in range(self.eval_size * 50):

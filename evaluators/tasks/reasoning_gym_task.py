@@ -23,7 +23,6 @@ NUMBER = re.compile(r"(?<![\d.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 EVAL_DRAWS_PER_ITEM = 10
 # Secret eval seeds start here (train seeds must stay below) and spread over 2**40 values.
 SECRET_SEEDS_FROM = 1 << 40
-SALT_FILE = "eval-salt"
 
 
 def final_number(text: str) -> Decimal | None:
@@ -77,10 +76,7 @@ class ReasoningGymTask(Task):
 
     def secret_eval_seed(self) -> int:
         """The first eval seed: eval_seed hashed with the grading side's secret. Only the grader calls this."""
-        from contracts.grading_secrets import grading_secret
-
-        salt = self.eval_salt or grading_secret(self.cache_dir, SALT_FILE)
-        digest = hashlib.sha256(f"{salt}:{self.dataset}:{self.eval_seed}".encode()).digest()
+        digest = hashlib.sha256(f"{self.salt()}:{self.dataset}:{self.eval_seed}".encode()).digest()
         return SECRET_SEEDS_FROM + int.from_bytes(digest[:5], "big")
 
     def _generate(self, seed: int, size: int) -> list[dict]:
