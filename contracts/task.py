@@ -11,6 +11,7 @@ import inspect
 import json
 import random
 from collections.abc import Iterable
+from functools import cached_property
 from pathlib import Path
 
 from contracts import registry
@@ -60,23 +61,102 @@ class Task:
 
         return str(self.eval_salt) if self.eval_salt else grading_secret(self.cache_dir, self.salt_file)
 
+    # -- the rows: a task makes them once (make_train_rows, make_hidden_rows), callers get copies -----------------
+    def make_train_rows(self) -> list[dict]:
+        """The train rows, made once (train_rows() hands out copies)."""
+        raise NotImplementedError
+
+    def make_hidden_rows(self) -> tuple[list[dict], list[dict]]:
+        """(feedback split, final split): the hidden rows, made once (eval_rows() and final_rows() hand out copies).
+        The final split is [] when the task has none."""
+        raise NotImplementedError
+
+    @cached_property
+    def train_split(self) -> list[dict]:
+        return self.make_train_rows()
+
+    @cached_property
+    def hidden_splits(self) -> tuple[list[dict], list[dict]]:
+        return self.make_hidden_rows()
+
     def train_rows(self) -> list[dict]:
         """Visible to the agent. Each row has at least id, prompt, answer and completion (what an SFT learns)."""
-        raise NotImplementedError
+        return [dict(row) for row in self.train_split]
 
     def eval_rows(self) -> list[dict]:
         """Hidden: the feedback split, what /submit scores and answers with. Each row has at least id, prompt and
         answer."""
-        raise NotImplementedError
+        return [dict(row) for row in self.hidden_splits[0]]
 
     def final_rows(self) -> list[dict]:
         """Hidden, and no score on it ever reaches the agent: the held-out final split, disjoint from the feedback
         split. The grader scores one submission per run on it when the run ends. [] when the task has none."""
-        return []
+        return [dict(row) for row in self.hidden_splits[1]]
+
+    # -- the agent's instructions: sections the base class assembles -------------------------------------------
+    summary = ""  # the task in a sentence, when its config gives no description
+    item = "question"  # what one row is, in the instructions
+    # data/train.jsonl's fields, as the instructions list them
+    train_fields = {"id": "the row's id", "prompt": "the message the grader sends, exactly",
+                    "answer": "the correct answer", "completion": "a reply that earns full marks"}
+    scoring = ""  # how a reply scores and what the submission's score is, in the instructions
 
     def instructions(self) -> str:
-        """Markdown for the agent: the task, the data format, the grader's prompt format, the answer format."""
-        raise NotImplementedError
+        """Markdown for the agent: the task, the data format, the grader's prompt format, the answer format. By
+        default: the description, data_section() and grader_section()."""
+        return f"{self.description.strip() or self.summary}\n\n{self.data_section()}\n{self.grader_section()}"
+
+    def data_section(self, what: str = "", example: dict | None = None) -> str:
+        """The "Data" section: what data/train.jsonl holds, its fields (train_fields), an example row and the
+        hidden splits' sizes."""
+        train, (n_feedback, n_final) = self.train_split, self.hidden_sizes()
+        fields = "\n".join(f"- `{name}`: {text}" for name, text in self.train_fields.items())
+        example = train[0] if example is None else example
+        held = f"; a held-out final split has {n_final} more" if n_final else ""
+        return f"""## Data
+
+`data/train.jsonl` holds {what or f"{len(train)} {self.item}s"}, one JSON object a line:
+
+{fields}
+
+Example:
+
+```json
+{json.dumps(example, ensure_ascii=False)}
+```
+
+The hidden eval split has {n_feedback} other {self.item}s{held}.
+"""
+
+    def grader_asks(self, what: str) -> str:
+        """How the grader sends `what` (a chat, or raw text) and decodes the reply, from the task's decoding()."""
+        decoding = self.decoding()
+        if decoding.chat_template:
+            asks = (f"renders {what} with the submitted model's own chat template (`apply_chat_template(..., "
+                    "add_generation_prompt=True)`)")
+        else:
+            asks = f"feeds the submitted model {what} (no chat template)"
+        return f"{asks} and {decoding.describe()}"
+
+    def hidden_sizes(self) -> tuple[int, int]:
+        """The feedback and final splits' sizes, for the instructions (by default counted, so the rows are made:
+        a task whose hidden rows need the grading side's secret says its sizes instead)."""
+        feedback, final = self.hidden_splits
+        return len(feedback), len(final)
+
+    def grader_section(self, scoring: str = "", heading: str = "") -> str:
+        """The "How the grader asks and scores" section: how the grader sends a prompt and decodes (from the
+        task's decoding() and grader settings), then `scoring` (the class's by default)."""
+        chat = self.decoding().chat_template
+        asks = self.grader_asks('one chat message `{"role": "user", "content": prompt}`' if chat else
+                                "`prompt` as raw text")
+        needs = " Your submission needs a tokenizer with a chat template and a correct `eos_token`." if chat else ""
+        return f"""## How the grader asks and scores{heading}
+
+For each eval {self.item} the grader {asks}.{needs}
+
+{scoring or self.scoring}
+"""
 
     def decoding(self) -> Decoding:
         """How the grader decodes this task's prompts under its protocol (the same on every backend)."""

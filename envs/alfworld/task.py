@@ -209,8 +209,7 @@ class AlfWorldTask(InteractiveTask):
         return self._environment
 
     # -- rows -------------------------------------------------------------------------------------------------
-    @cached_property
-    def _train(self) -> list[dict]:
+    def make_train_rows(self) -> list[dict]:
         protocol = "" if self.protocol == "a2rl" else f"-{self.protocol}"  # rows are rendered in the protocol's prompt
         path = self.games_dir / f"train-{self.expert}-{self.expert_episodes}-{self.expert_noise:g}{protocol}.jsonl"
         games = self.train_games()  # builds the splits first (under their own lock)
@@ -231,18 +230,13 @@ class AlfWorldTask(InteractiveTask):
 
         return self.cached_rows(path, make_rows)
 
-    def train_rows(self) -> list[dict]:
-        return [dict(row) for row in self._train]
-
     # -- the agent's view ---------------------------------------------------------------------------------------
     def _grading_text(self, final: str) -> str:
-        max_new = self.grader.max_new_tokens
         if self.protocol == "paper":
             return f"""## How the grader plays and scores (the original benchmark's protocol)
 
 The hidden eval split has {self.n_eval} other games of the same kinds{final}. For each, the grader resets the game
-and, every step, feeds the submitted model this raw text (no chat template) and decodes greedily, at most
-{paper_prompt.MAX_NEW_TOKENS} new tokens, cut at the first newline, no repetition penalty:
+and, every step, {self.grader_asks("this raw text")}:
 
     {paper_prompt.HEADER.strip()}
     <ReAct's two examples for the game's task type (react_<type>_1, react_<type>_0 of ReAct's react_prompts.json)>
@@ -260,8 +254,7 @@ won** within {self.max_steps} steps."""
         return f"""## How the grader plays and scores
 
 The hidden eval split has {self.n_eval} other games of the same kinds{final}. For each, the grader resets the game
-and, every step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
-add_generation_prompt=True)`) and decodes greedily, at most {max_new} new tokens, stopping at the eos token:
+and, every step, {self.grader_asks("this chat")}:
 
     system:    {prompt.SYSTEM_PROMPT}
     user:      Task: <task sentence>.
@@ -276,7 +269,7 @@ forgiven); a command the game does not know is answered "Nothing happens." and c
 in lockstep, in batches. The score is **100 x the fraction of eval games won** within {self.max_steps} steps."""
 
     def instructions(self) -> str:
-        rows = self._train
+        rows = self.train_split
         example = rows[min(3, len(rows) - 1)]
         n_games = len(self.train_games())
         default = "ALFWorld: household text games (find, take, clean, heat, cool, place)."

@@ -243,16 +243,12 @@ class DeepSearchQATask(InteractiveTask):
         return self._environment
 
     # -- rows -----------------------------------------------------------------------------------------------------
-    @cached_property
-    def _rows(self) -> list[dict]:
+    def make_train_rows(self) -> list[dict]:
         from envs.deepsearchqa.expert import demonstrations
 
         questions, backend = self._train
         demos = [d for q in questions for d in demonstrations(q, backend, self.top_k, self.max_steps)]
         return self.expert_rows(demos)
-
-    def train_rows(self) -> list[dict]:
-        return [dict(row) for row in self._rows]
 
 
     def _grading_instructions(self, final: str) -> str:
@@ -291,9 +287,7 @@ loop itself.
         return f"""## How the grader plays and scores
 
 The hidden eval split has {self.n_eval} other questions{final}. For each, the grader starts an episode and, every
-step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
-add_generation_prompt=True)`) and decodes greedily, at most {self.grader.max_new_tokens} new tokens, stopping at the
-eos token:
+step, {self.grader_asks("this chat")}:
 
     system:    {prompt.SYSTEM_PROMPT}
     user:      Question: <the question>
@@ -310,7 +304,7 @@ correctly**.
 
     # -- the agent's view -----------------------------------------------------------------------------------------
     def instructions(self) -> str:
-        rows = self._rows
+        rows = self.train_split
         example = next((r for r in rows if r["step"] == 1), rows[0])
         n_questions = len(self._train[0])
         source = (f"the real DeepSearchQA set (`{self.data_path}`)" if self.data_path else

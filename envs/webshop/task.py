@@ -126,13 +126,9 @@ class WebShopTask(InteractiveTask):
         return [d for inst in env.instances("train") for e in range(self.expert_episodes)
                 for d in play(env, inst, e, self.expert_noise, self.seed)]
 
-    @cached_property
-    def _train(self) -> list[dict]:
+    def make_train_rows(self) -> list[dict]:
         path = self.rows_dir / f"train-{self.expert_episodes}-{self.expert_noise:g}.jsonl"
         return self.cached_rows(path, lambda: self.expert_rows(self._demonstrations()))
-
-    def train_rows(self) -> list[dict]:
-        return [dict(row) for row in self._train]
 
     def decoding(self) -> Decoding:
         if self.protocol == "paper":  # RD-Agent's SamplingParams(temperature=0, max_tokens=100, stop=["\n"])
@@ -162,9 +158,8 @@ class WebShopTask(InteractiveTask):
         head = f"The hidden eval split has {self.n_eval} other instructions, for other products of the same catalogue"
         if self.protocol == "paper":
             return f"""{head}{final}. The grader plays them as the original benchmark's evaluator (RD-Agent's WebShop
-eval.py) does: for each, it opens the search page and, every step, renders a system message and a user message with
-the submitted model's own chat template (`apply_chat_template(..., add_generation_prompt=True)`) and decodes
-greedily, at most {paper_prompt.MAX_NEW_TOKENS} new tokens, stopping at the first newline, repetition penalty 1.0:
+eval.py) does: for each, it opens the search page and, every step,
+{self.grader_asks("a system message and a user message")}:
 
     system:    {paper_prompt.SYSTEM_PROMPT}
     user:      {paper_prompt.HEADER}
@@ -188,9 +183,8 @@ greedily, at most {paper_prompt.MAX_NEW_TOKENS} new tokens, stopping at the firs
 The reply is stripped, a leading `Action:` dropped, `choose[` read as `click[`, and the page reads the rest as
 `name[argument]` (argument lower-cased); anything else does nothing. The train rows' `messages` are exactly these
 prompts. All eval episodes are played in lockstep, in batches."""
-        return f"""{head}{final}. For each, the grader opens the search page and, every step, renders this chat
-with the submitted model's own chat template (`apply_chat_template(..., add_generation_prompt=True)`) and decodes
-greedily, at most {self.grader.max_new_tokens} new tokens, stopping at the eos token:
+        return f"""{head}{final}. For each, the grader opens the search page and, every step,
+{self.grader_asks("this chat")}:
 
     system:    {prompt.SYSTEM_PROMPT}
     user:      Instruction: <the instruction>
@@ -204,7 +198,7 @@ The reply's first non-empty line is the action ("Action:" prefixes, quotes, a tr
 click are forgiven; `choose[...]` means `click[...]`). All eval episodes are played in lockstep, in batches."""
 
     def instructions(self) -> str:
-        rows = self._train
+        rows = self.train_split
         if self.protocol == "paper":
             score_text = (f"The score of a submission is **the success rate**: 100 x the share of the hidden eval "
                           f"instructions whose purchase earns {SUCCESS} or more (0 for an episode that buys nothing); "
