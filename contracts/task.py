@@ -125,8 +125,12 @@ Example:
 {json.dumps(example, ensure_ascii=False)}
 ```
 
-The hidden eval split has {n_feedback} other {self.item}s{held}.
+The hidden eval split has {n_feedback} other {self.hidden_noun}{held}.
 """
+
+    @property
+    def hidden_noun(self) -> str:
+        return f"{self.item}s"
 
     def grader_asks(self, what: str) -> str:
         """How the grader sends `what` (a chat, or raw text) and decodes the reply, from the task's decoding()."""
@@ -247,6 +251,43 @@ class InteractiveTask(Task):
 
     def environment(self) -> Environment:
         raise NotImplementedError
+
+    # -- the agent's instructions: description, data, how the grader plays, the rollout service ------------------
+    train_fields = {
+        "messages": "the exact prompt the grader sends at that step",
+        "prompt": "its last message alone; `completion` (= `answer`): the expert's action",
+        "game": "the train instance it comes from; `step`, `episode`: where in the expert's episodes"}
+    scoring = "The score is **100 x the fraction of eval episodes won**."
+
+    @property
+    def hidden_noun(self) -> str:
+        return self.instance_noun
+
+    def hidden_sizes(self) -> tuple[int, int]:
+        return len(self.eval_rows()), len(self.final_rows())
+
+    def instructions(self) -> str:
+        """The description, data_section(), grader_section() and rollout_section()."""
+        n_train = len(self.environment().instances("train"))
+        what = f"{len(self.train_split)} steps of an expert on the {n_train} train {self.instance_noun}"
+        return f"""{self.description.strip() or self.summary}
+
+{self.data_section(what)}
+{self.grader_section()}
+{self.rollout_section()}"""
+
+    def grader_section(self, scoring: str = "", heading: str = "") -> str:
+        """How the grader plays: every step the environment's prompt, the task's decoding, the reply parsed into an
+        action by the environment; then `scoring` (the class's by default)."""
+        asks = self.grader_asks("the prompt the environment renders at that step (the train rows' `messages`)")
+        return f"""## How the grader plays and scores{heading}
+
+For each of the eval {self.instance_noun} the grader starts an episode and, every step, {asks}; the environment's
+`parse` reads the reply as an action (built-in agents get it beside them as `task_prompt.py`). All eval episodes are
+played in lockstep, in batches, at most {self.environment().max_steps} actions each.
+
+{scoring or self.scoring}
+"""
 
     def rollout_section(self) -> str:
         """The instructions' "Rollout service" section, rendered from the service's route table."""
