@@ -18,13 +18,12 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 
-from contracts.task import load_task, prompt_file
+from contracts.task import load_task
 from contracts.task_spec import TaskSpec
 from envs.deepsearchqa import prompt
 from envs.deepsearchqa.answers import answer_correct, normalize_answer
 from envs.deepsearchqa.expert import plan
 from evaluators.evaluate import evaluate_loaded
-from tests.conftest import load_script
 from tests.support.scripted_backend import ScriptedBackend
 
 WORLD = {"people": 24, "organisations": 8, "cities": 6, "countries": 3, "distractors": 2}
@@ -198,25 +197,6 @@ def test_the_final_questions_are_a_world_of_their_own_and_graded(task, cache_dir
     plans = {env.question(i).question: plan(env.question(i)) for i in env.instances("final")}
     result = evaluate_loaded(held, ScriptedBackend(expert(plans)), "expert", rows, 24)
     assert result["score"] == 100.0 and result["n"] == 3
-
-
-def test_agents_get_its_render_and_parse(tmp_path, task):
-    from agents.kinds import agent_kind
-    from contracts.specs import AgentSpec
-
-    _, files = agent_kind("builtin").command(AgentSpec(name="sft_grpo", kind="builtin", script="sft_grpo"),
-                                             prompt_file(TaskSpec.from_config(SMALL)))
-    for name, source in files.items():
-        shutil.copy(source, tmp_path / name)
-    agent = load_script(tmp_path / "sft_grpo.py")
-    row = task.train_rows()[1]
-    env = task.environment()
-    question = env.question(next(i for i in env.instances("train") if i.name == row["game"]))
-    step = env.open(env.instances("train")[0]).reset()
-    assert agent.a2rl_client.chat(row) == row["messages"]
-    assert agent.a2rl_client.render(question.question, step.observation, [], []) == \
-        env.render(question.question, step, [])
-    assert agent.a2rl_client.parse("Action: search[x y]", []) == env.parse("Action: search[x y]", step)
 
 
 # ------------------------------------------------------------------------------------------------ real data

@@ -4,18 +4,14 @@ its render/parse come from the shared machinery, which names no environment."""
 from __future__ import annotations
 
 import secrets
-import shutil
 import time
 
 import httpx
 import pytest
 
-from agents.kinds import agent_kind
-from contracts.specs import AgentSpec
-from contracts.task import load_task, prompt_file
+from contracts.task import load_task
 from contracts.task_spec import TaskSpec
 from evaluators.evaluate import evaluate_loaded
-from tests.conftest import load_script
 from tests.support import counter  # noqa: F401  (registers the task "counter")
 from tests.support.scripted_backend import ScriptedBackend
 
@@ -47,20 +43,6 @@ def test_the_grader_plays_every_eval_instance_in_lockstep():
         (1.0, 2, ["up"] * 2), (1.0, 1, ["up"]), (0.0, 4, ["up"] * 4)]
     assert result["score"] == pytest.approx(200 / 3) and result["items"][0]["distance"] == 2
     assert len(backend.prompts) == 3 + 2 + 1 + 1  # one batch per step over the episodes still running
-
-
-def test_agents_get_its_render_and_parse(tmp_path):
-    _, files = agent_kind("builtin").command(AgentSpec(name="sft_grpo", kind="builtin", script="sft_grpo"),
-                                             prompt_file(TaskSpec.from_config(COUNTER)))
-    for name, source in files.items():
-        shutil.copy(source, tmp_path / name)
-    agent = load_script(tmp_path / "sft_grpo.py")
-    env = load_task(COUNTER).environment()
-    episode = env.open(env.instances("train")[0])
-    step = episode.reset()
-    assert agent.a2rl_client.render(episode.goal, step.observation, list(step.actions), ["up"]) == \
-        env.render(episode.goal, step, ["up"])
-    assert agent.a2rl_client.parse("well, down it is", list(step.actions)) == env.parse("well, down it is", step)
 
 
 def test_its_rollout_service(ray_cluster, cache_dir, grading_port):
