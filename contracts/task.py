@@ -29,7 +29,6 @@ class Task:
     # How the task can be graded (its config's `protocol:`): `a2rl`, a2rl's own; `paper`, exactly as the original
     # benchmark grades it (prompt, decoding, reply handling, scoring, metric), for tasks that have one.
     protocols: tuple[str, ...] = ("a2rl",)
-    salt_file = "eval-salt"  # CACHE_DIR/grading/<salt_file>: the secret a generated hidden split is drawn with
     eval_salt: str | None = None  # the config's fixed salt, where the task takes one (null: the secret)
 
     def __init__(self, spec: TaskSpec):
@@ -59,7 +58,11 @@ class Task:
         a random one made once per cache on the grading side (contracts.grading_secrets)."""
         from contracts.grading_secrets import grading_secret
 
-        return str(self.eval_salt) if self.eval_salt else grading_secret(self.cache_dir, self.salt_file)
+        return str(self.eval_salt) if self.eval_salt else grading_secret(self.cache_dir, self.salt_file())
+
+    def salt_file(self) -> str:
+        """CACHE_DIR/grading/<this>: where the secret is kept (single-turn tasks share one)."""
+        return "eval-salt"
 
     # -- the rows: a task makes them once (make_train_rows, make_hidden_rows), callers get copies -----------------
     def make_train_rows(self) -> list[dict]:
@@ -222,6 +225,10 @@ class InteractiveTask(Task):
     prompt_modules: dict = {}  # protocol -> the render/parse module agents get under it, where not the class's
     eval_workers = 0  # processes stepping eval episodes while the model generates (0: in the grader's process)
     n_train = n_eval = n_final = 0
+
+    def salt_file(self) -> str:
+        """One secret per environment: CACHE_DIR/grading/<task class>-eval-salt."""
+        return f"{self.spec.cls}-eval-salt"
     # What the instructions call the instances and actions (the rollout API calls them games and commands), and
     # what a step's reward is
     instance_noun, action_noun = "games", "commands"

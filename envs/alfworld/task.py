@@ -51,7 +51,6 @@ class AlfWorldTask(InteractiveTask):
     # paper: the original benchmark's raw ReAct transcript, the reply sent as it is (envs.alfworld.paper_prompt)
     protocols = ("a2rl", "paper")
     prompt_modules = {"paper": paper_prompt}
-    salt_file = "alfworld-eval-salt"
 
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
                  task_types: list[str] | None, max_receptacles_per_type: int | None, max_receptacles: int | None,

@@ -48,7 +48,6 @@ SEARCH_DEFAULTS = {"url": None, "query_param": "q", "key_env": None, "key_param"
 class DeepSearchQATask(InteractiveTask):
     environment_class = DeepSearchQAEnvironment
     protocols = ("a2rl", "paper")
-    salt_file = "deepsearchqa-eval-salt"
     instance_noun, action_noun = "questions", "actions"
     reward_text = "1 for a correct answer, else 0"
 

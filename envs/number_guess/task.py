@@ -19,13 +19,12 @@ from envs.number_guess.environment import GuessEnvironment
 @register("task", "number_guess")
 class NumberGuessTask(InteractiveTask):
     environment_class = GuessEnvironment
-    salt_file = "number-guess-eval-salt"
     summary = "Find a secret number from higher / lower answers, in as few guesses as the limit allows."
 
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, high: int,
                  max_steps: int, seed: int, eval_salt: str | None):
         """high: secrets are from 1 to high; max_steps: guesses per game; eval_salt: null keeps a random secret
-        in CACHE_DIR/grading/number-guess-eval-salt (a fixed string: reproductions only)."""
+        in CACHE_DIR/grading/number_guess-eval-salt (a fixed string: reproductions only)."""
         super().__init__(spec)
         self.set_splits(n_train, n_eval, final_size, eval_salt)
         self.high, self.max_steps, self.seed = int(high), int(max_steps), int(seed)

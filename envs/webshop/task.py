@@ -34,7 +34,6 @@ class WebShopTask(InteractiveTask):
     # penalty 1.0), score = success rate (reward >= 0.5), WebShop's synthetic goals over items_shuffle_1000 when
     # data_path is given. Both use the original's reward (envs.webshop.reward).
     protocols = ("a2rl", "paper")
-    salt_file = "webshop-eval-salt"
     instance_noun, action_noun = "instructions", "actions"
     reward_text = f"the purchase's reward once `done` (`won`: {SUCCESS} or more), else 0"
 
