@@ -224,15 +224,15 @@ class InteractiveTask(Task):
     environment_class: type[Environment]  # its render/parse module is what built-in agents get beside them
     prompt_modules: dict = {}  # protocol -> the render/parse module agents get under it, where not the class's
     eval_workers = 0  # processes stepping eval episodes while the model generates (0: in the grader's process)
-    n_train = n_eval = n_final = 0
-
-    def salt_file(self) -> str:
-        """One secret per environment: CACHE_DIR/grading/<task class>-eval-salt."""
-        return f"{self.spec.cls}-eval-salt"
+    n_train = n_eval = n_final = 0  # split sizes (set_splits)
     # What the instructions call the instances and actions (the rollout API calls them games and commands), and
     # what a step's reward is
     instance_noun, action_noun = "games", "commands"
     reward_text = "1 when the episode is won, else 0"
+
+    def salt_file(self) -> str:
+        """One secret per environment: CACHE_DIR/grading/<task class>-eval-salt."""
+        return f"{self.spec.cls}-eval-salt"
 
     def set_splits(self, n_train: int, n_eval: int, final_size: int | None, eval_salt: str | None = None,
                    caps: bool = False) -> None:
