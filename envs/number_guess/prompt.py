@@ -7,7 +7,7 @@ SYSTEM_PROMPT = "You play a guessing game. Reply with one whole number, your nex
 
 
 def render(goal: str, observation: str, actions: list[str], history: list[str]) -> list[dict]:
-    """The chat for one step: the goal, the guesses so far and the last answer."""
+    """The chat for one step: the goal, the guesses so far and the last answer (with the range still open)."""
     guesses = ", ".join(history) or "none"
     return [{"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": f"{goal}\nGuesses so far: {guesses}\nLast answer: {observation}\nYour guess:"}]

@@ -49,13 +49,12 @@ class NumberGuessTask(InteractiveTask):
     def make_train_rows(self) -> list[dict]:
         env, demos = self.environment(), []
         for inst in env.instances("train"):
-            episode, low, high, history = env.open(inst), 1, self.high, []
+            episode, history = env.open(inst), []
             step = episode.reset()
             while not step.done:
-                guess = str((low + high) // 2)
+                guess = str((episode.low + episode.high) // 2)  # the middle of the range the last answer says
                 demos.append(Demonstration(inst.name, episode.goal, step, tuple(history), guess, index=len(history),
                                            expert="halving", info=inst.info))
                 step = episode.step(guess)
-                low, high = (int(guess) + 1, high) if step.observation == "higher" else (low, int(guess) - 1)
                 history.append(guess)
         return self.expert_rows(demos)
