@@ -329,7 +329,7 @@ played in lockstep, in batches, at most {self.environment().max_steps} actions e
     def score(self, completion: str, row: dict) -> float:
         """One step's reply against the expert's action (not the grade: the grader plays whole episodes)."""
         parse = self.environment_class.prompt.parse
-        return float(parse(completion) == parse(row.get("answer", "")))
+        return float(parse(completion, None) == parse(row.get("answer", ""), None))  # no action list known here
 
     def play(self, rows: list[dict], generate, judge=None) -> dict | None:
         """A protocol that plays its episodes its own way (DeepSearchQA's paper ReAct loop, with two decodings)
