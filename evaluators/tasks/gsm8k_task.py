@@ -88,6 +88,7 @@ class Gsm8kTask(Task):
         self.data = HubDataset(spec.name, dataset, dataset_config, data_path, columns=("question", "answer"),
                                label="GSM8K", offline="use the task gsm_symbolic (GSM8K-style problems that "
                                                       "reasoning-gym generates) instead")
+        self.dataset, self.dataset_config, self.data_path = dataset, dataset_config, self.data.data_path
         self.train_size = None if train_size is None else int(train_size)
         self.eval_size = None if eval_size is None else int(eval_size)
         self.final_size = int(final_size)
