@@ -286,7 +286,7 @@ class InteractiveTask(Task):
     def grader_section(self, scoring: str = "", heading: str = "") -> str:
         """How the grader plays: every step the environment's prompt, the task's decoding, the reply parsed into an
         action by the environment; then `scoring` (the class's by default)."""
-        asks = self.grader_asks("the prompt the environment renders at that step (the train rows' `messages`)")
+        asks = self.grader_asks("the environment's prompt for that step (the train rows' `messages`)")
         return f"""## How the grader plays and scores{heading}
 
 For each of the eval {self.instance_noun} the grader starts an episode and, every step, {asks}; the environment's

@@ -37,11 +37,11 @@ class GuessEnvironment(Environment):
     prompt = prompt
 
     def __init__(self, secrets: dict[str, list[int]], high: int, max_steps: int):
-        """secrets: split -> the instances' secret numbers (an instance's name is its split and index only)."""
+        """secrets: split -> the instances' secret numbers (an instance's name is its index only)."""
         self.secrets, self.high, self.max_steps = secrets, high, max_steps
 
     def instances(self, split: str) -> list[Instance]:
-        return [Instance(split, f"{split}-{i}", {"high": self.high}) for i in range(len(self.secrets[split]))]
+        return [Instance(split, f"game-{i}", {"high": self.high}) for i in range(len(self.secrets[split]))]
 
     def open(self, instance: Instance) -> GuessEpisode:
         index = int(instance.name.rsplit("-", 1)[1])
