@@ -111,8 +111,14 @@ class Evaluator:
         self.judge_agreement = json.loads(self.agreement_file.read_text()) if self.agreement_file.exists() else None
         self.baseline_lock = asyncio.Lock()
         self.baseline: dict[str, float | None] = {"eval": None, "final": None}
-        # what the grader looks for in what agents write: the hidden items of both splits
-        self.hidden = HiddenItems(self.task.hidden_texts(self.rows["eval"] + self.rows["final"]), spec.contamination)
+        # what the grader looks for in what agents write: the hidden items of both splits; what every agent is given
+        # (instructions, train split, evaluator files) explains their n-grams wherever its tools copy it
+        hidden = self.task.hidden_texts(self.rows["eval"] + self.rows["final"])
+        self.hidden = HiddenItems(hidden, spec.contamination, self.task.given_texts().values() if hidden else ())
+        if self.hidden.exposed:  # shown in the instructions: a defect tests/test_contamination.py checks tasks for
+            log.warning("task %s gives agents all of %d hidden items in context (e.g. %s: in its instructions, or near "
+                        "a train row): a copy of them cannot be told from given text", spec.name,
+                        len(self.hidden.exposed), self.hidden.exposed[0])
         self.near_copy_tol = spec.contamination.near_copy_tol
         base = self.backend.load(self.base_dir)
         try:
@@ -148,11 +154,13 @@ class Evaluator:
         return self.info()
 
     async def evaluate(self, model_dir: str, cell_id: str, records_dir: str, split: str = "eval",
-                       digest: str | None = None, workspace: str | None = None) -> dict:
+                       digest: str | None = None, workspace: str | None = None,
+                       given: dict[str, str] | None = None) -> dict:
         """Score one submission on a split: {"refusal": Refusal} when it does not load, else its digest, score,
         eval_s, metrics, flags, error, judge_usage and whether it is refunded (its judge was down). digest: the
         weights it must have (a kept copy scored on the final split: anything else is an error, not a score).
-        workspace: also look for the hidden items in it (`contamination`: where they were found)."""
+        workspace: also look for the hidden items in it (`contamination`: where they were found); given: the
+        digests of the files a2rl wrote there (HiddenItems.survey)."""
         try:
             loaded = await asyncio.to_thread(self._load, Path(model_dir))
         except Refusal as e:
@@ -161,7 +169,7 @@ class Evaluator:
                      "judge_usage": None, "refunded": False}
         # the scan runs beside the evaluation (pure Python beside torch): it adds little to the replica's time
         scanning = None if workspace is None else asyncio.ensure_future(
-            asyncio.to_thread(self.hidden.survey, Path(workspace)))
+            asyncio.to_thread(self.hidden.survey, Path(workspace), given))
         try:
             out["digest"] = await asyncio.to_thread(self.backend.weights_digest, loaded)
             if digest is not None and out["digest"] != digest:
@@ -198,9 +206,9 @@ class Evaluator:
             await asyncio.to_thread(self.backend.unload, loaded)
         return out
 
-    def scan(self, workspace: str) -> list[dict]:
+    def scan(self, workspace: str, given: dict[str, str] | None = None) -> list[dict]:
         """Where the hidden items are in the workspace (evaluators.contamination)."""
-        return self.hidden.scan(Path(workspace))
+        return self.hidden.scan(Path(workspace), given)
 
     def _near_copy(self, loaded) -> bool:
         """Every weight within a tiny distance of the base model's: a copy of it, though not a byte-exact one."""
@@ -323,7 +331,7 @@ class Grader:
         """The hidden items in the workspace as the agent left it (None: the scan could not be made)."""
         run = await self.registry.peek.remote(token)
         try:
-            return await self.evaluator.scan.remote(run["workspace"])
+            return await self.evaluator.scan.remote(run["workspace"], run.get("given"))
         except Exception as e:  # noqa: BLE001 - the run's results stand; the missing scan is said in its outcome
             log.warning("contamination scan of %s failed: %s", run["cell_id"], e)
             return None
@@ -432,7 +440,8 @@ class Grader:
         except Exception as e:  # a broken snapshot must not cost the agent its submission
             log.warning("code snapshot failed for %s: %s", run["cell_id"], e)
         result = await self._evaluate(f"evaluation {submission_id} of {run['cell_id']}", str(model_dir),
-                                      run["cell_id"], run["records_dir"], "eval", None, run["workspace"])
+                                      run["cell_id"], run["records_dir"], "eval", None, run["workspace"],
+                                      run.get("given"))
         if "refusal" in result:
             await self.registry.cancel.remote(token, submission_id)
             why = result["refusal"]  # said of the folder the agent named, not of the grader's private copy

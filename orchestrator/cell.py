@@ -29,6 +29,7 @@ from contracts.layout import Layout
 from contracts.records import (
     ATTEMPT,
     DRIVER_CALLS,
+    NETWORK,
     OUTCOME,
     REPROMPTS,
     SUBMISSIONS,
@@ -51,7 +52,7 @@ from orchestrator.records import (
     submission_event,
     trace_event,
 )
-from orchestrator.workspace import agent_env, materialise, task_material
+from orchestrator.workspace import agent_env, given_digests, materialise, task_material
 
 POLL_S = 0.2
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -127,6 +128,7 @@ class Records:
     waited_s: float = 0.0           # what the driver calls spent waiting on the provider's rate limits
     trace_lines: int = 0
     reprompts: int = 0              # counted by the cell as it restarts the agent
+    refusal: dict | None = None     # the driver's server's last refusal (a 4xx) that no call got past since
     _tails: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -151,9 +153,29 @@ class Records:
             events.append(driver_event(cell_id, n, t0, rec, self.driver_calls))
             self.driver_calls += 1
             self.waited_s += float(rec.get("wait_s") or 0.0)
+            self._note_refusal(rec)
         for rec in self._tails[REPROMPTS].read_new():
             events.append(reprompt_event(cell_id, n, t0, rec))
         return events
+
+    def _note_refusal(self, rec: dict) -> None:
+        status = rec.get("status") or 0
+        if 400 <= status < 500 and rec.get("attempts"):  # the server's answer: the proxy's own refusals never sent it
+            self.refusal = rec
+        elif status < 400 and self.refusal and rec["t"] >= self.refusal["t"] + (self.refusal.get("latency_s") or 0):
+            self.refusal = None  # a call made after the refusal went through: the agent got past it
+
+
+def refusal_error(rec: dict) -> str:
+    """A server's refusal of an agent's call, in words: its own message (from the provider's JSON error shape)."""
+    text = str(rec.get("error") or "")
+    try:
+        body = json.loads(text)
+        err = body.get("error") if isinstance(body, dict) else None
+        text = (err.get("message") if isinstance(err, dict) else None) or body.get("message") or text
+    except (ValueError, AttributeError):
+        pass  # cut at 500 characters, or not JSON: the text as it is
+    return f"the driver's server refused the agent's call (HTTP {rec.get('status')} on {rec.get('endpoint')}): {text}"
 
 
 @dataclass
@@ -234,6 +256,8 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
             "cell_id": cell.cell_id, "workspace": str(workspace), "records_dir": str(attempt.dir),
             "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": attempt.started, "deadline": deadline,
             "max_submissions": cell.budget.max_submissions,
+            # what a2rl wrote, as it was before the agent started: given text, never evidence of contamination
+            "given": given_digests(workspace),
             "driver_key": session.key if session is not None else None}),  # /status shows its tokens
             opts["eval_timeout_s"] + opts["service_timeout_s"], f"the grader of {cell.task_name} (registering the run)")
 
@@ -241,7 +265,7 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
             return sandbox.start(argv, workspace, env, attempt.dir / "agent.stdout", attempt.dir / "agent.stderr",
                                  sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly, settings=settings,
                                  cell_id=cell.cell_id, forward=reachable(opts),
-                                 memory_bytes=settings.memory_bytes(cell.budget))
+                                 memory_bytes=settings.memory_bytes(cell.budget), network_log=attempt.dir / NETWORK)
         process = spawn(argv, env)
     except BaseException:
         if session is not None:
@@ -352,6 +376,8 @@ def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_cod
         stderr = attempt.dir / "agent.stderr"
         tail = stderr.read_text(errors="replace")[-2000:] if stderr.exists() else ""
         error = f"agent exited with code {exit_code}: {tail.strip()[-500:]}"
+        if records.refusal is not None:  # the reason is the server's (e.g. max_tokens beyond the model's window)
+            error = f"{refusal_error(records.refusal)}; {error}"
     ended = time.time()
     env_usage = left.get("env_usage")
     return Outcome(status=status, limit_hit=limit, exit_code=exit_code, error=error, best_score=records.best,

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -70,8 +71,6 @@ def task_material(task_cfg: dict, cache_dir: Path) -> Path:
 
     The orchestrator builds it before the trials start, so a cell only copies files (generating a train split
     can take seconds and import heavy packages)."""
-    import hashlib
-
     from contracts.specs import task_identity
 
     key = hashlib.sha256(json.dumps(task_identity(task_cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
@@ -82,14 +81,9 @@ def task_material(task_cfg: dict, cache_dir: Path) -> Path:
 
     task = load_task(task_cfg, cache_dir)
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "instructions.md").write_text(task.instructions())
-    with open(tmp / "train.jsonl", "w") as f:
-        for row in task.train_rows():
-            f.write(json.dumps(row) + "\n")
-    for name, text in task.evaluator_files().items():
-        (tmp / "eval").mkdir(exist_ok=True)
-        (tmp / "eval" / name).write_text(text)
+    for name, text in task.given_texts().items():  # what the grader also knows as given (contamination)
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_text(text)
     try:
         os.rename(tmp, folder)  # atomic: concurrent builders race harmlessly
     except OSError:
@@ -131,6 +125,22 @@ def materialise(workspace: Path, cell: CellSpec, *, material: Path, base_model_d
     }
     (workspace / "run.json").write_text(json.dumps(run, indent=2))
     return workspace
+
+
+def given_digests(workspace: Path) -> dict[str, str]:
+    """{path in the workspace: sha256} of every file in it, links not followed: taken before the agent starts, what
+    a2rl gave it (the grader's contamination scan reads those files, while unchanged, as given text)."""
+    out = {}
+    for root, _, files, root_fd in os.fwalk(workspace, follow_symlinks=False):
+        for name in files:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+            except OSError:  # a link
+                continue
+            with os.fdopen(fd, "rb") as f:
+                out[os.path.relpath(os.path.join(root, name), workspace)] = \
+                    hashlib.file_digest(f, "sha256").hexdigest()
+    return out
 
 
 def agent_env(workspace: Path, run: dict, cpus: float, inherit: dict | None = None) -> dict:

@@ -48,6 +48,22 @@ def test_ids_change_with_what_decides_the_result_only():
     assert cells_for("sweep=demo", "task=arithmetic", "task.grader.batch_size=3")[0].cell_id == base.cell_id
 
 
+def test_a_drivers_window_decides_the_result_and_its_tokenizer_does_not():
+    """driver.context_window sets the agent's limits; unset (a local server is asked) it keeps the ids cells had
+    before the key existed. driver.tokenizer only counts cut calls' tokens."""
+    import dataclasses
+
+    from contracts.specs import DriverSpec
+
+    cell = cells_for("sweep=demo")[0]
+
+    def with_driver(**extra):
+        return dataclasses.replace(cell, driver=DriverSpec("local", "openai-compatible", "m", extra)).cell_id
+
+    assert with_driver() == with_driver(context_window=None) == with_driver(tokenizer="/models/m")
+    assert with_driver(context_window=2048) != with_driver()
+
+
 def test_adding_seeds_keeps_existing_ids():
     two = {c.cell_id for c in cells_for("sweep=demo")}
     three = {c.cell_id for c in cells_for("sweep=demo", "sweep.seeds=[0,1,2]")}
@@ -134,7 +150,8 @@ def test_plan_and_summary_columns_fit_long_names(monkeypatch):
     row = {"task": "alfworld_small", "agent": "sft_grpo_alfworld", "driver": "none", "cells": 1, "baseline": 0.0,
            "best_mean": 12.5, "improvement_mean": 12.5, "improvement_se": None, "n_scored": 1, "flags": [],
            "statuses": {"completed": 1}, "held_out_mean": 11.0, "held_out_se": None, "n_held_out": 1,
-           "gap_mean": 1.5}
+           "gap_mean": 1.5, "driver_tokens": 0.0, "driver_cost_usd": 0.0, "judge_cost_usd": 0.0, "gpu_hours": 0.5,
+           "usd_per_point": None, "gpu_hours_per_point": 0.04}
     monkeypatch.setattr(summary, "summary_rows", lambda ledger, cell_ids: [row])
     out = io.StringIO()
     summary.print_summary(None, [], out=out)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from contracts.records import read_jsonl
-from orchestrator.analysis import curves, figures, run_report, run_summary, stats, tables
+from orchestrator import manifest
+from orchestrator.analysis import audit, cost, curves, figures, run_report, run_summary, stats, tables
 from orchestrator.analysis.markdown import MISSING, fmt, md_table
 
 GROUP = tables.GROUP
@@ -24,11 +25,14 @@ OUTPUT_PATTERNS = ("report.md", "*.png", "*.parquet")
 
 def build_report(output_dir: str | Path, filters: dict | None = None, wandb_cfg: dict | None = None, *,
                  success_threshold: float = 0.0, n_boot: int = 10_000, seed: int = 0,
-                 summarizer: run_summary.Summarizer | None = None) -> Path:
+                 summarizer: run_summary.Summarizer | None = None,
+                 auditor: run_summary.Summarizer | None = None) -> Path:
     """Write OUTPUT_DIR/report/ and return its path. filters: task, agent, driver, sweep, seed (one value or
     a list each). wandb_cfg: the logger config ({kind, project, entity, mode}); None or kind "none": no W&B.
     success_threshold: pass@k counts a run as a success when its improvement is strictly above it.
-    summarizer: a driver writes each finished cell's run summary (None: none is asked; those written are shown)."""
+    summarizer: a driver writes each finished cell's run summary (None: none is asked; those written are shown).
+    auditor: a driver audits each finished cell's trace for misuse beside the deterministic findings (audit.py;
+    None: no audit is run; those written are shown)."""
     output_dir = Path(output_dir)
     cells, events = tables.load(output_dir, filters)
     report_dir = output_dir / "report"
@@ -40,10 +44,17 @@ def build_report(output_dir: str | Path, filters: dict | None = None, wandb_cfg:
     by_cell = _events_by_cell(events)
     cells, reports = _with_cell_reports(output_dir, cells, by_cell)
     out = compute_tables(cells, events, success_threshold=success_threshold, n_boot=n_boot, seed=seed)
+    out["manifest"] = manifest.summary(output_dir)
     # After the run reports, which stay as they are whatever a driver answers.
     finished = {cid: r for cid, r in reports.items() if r["status"] in tables.FINISHED_STATUSES}
     asked = run_summary.summarize(output_dir, finished, by_cell, summarizer) if summarizer else []
     out["tables"]["summaries"] = _summaries_table(output_dir, cells, asked)
+    if auditor:
+        models = {row.cell_id: (json.loads(row.spec).get("driver") or {}).get("model") for row in cells.itertuples()}
+        out["audit_calls"] = audit.audit(output_dir, finished, by_cell, auditor, models)
+    out["audits"] = {cid: kept for cid in cells["cell_id"]
+                     if (kept := audit.read_audit(output_dir / "cells" / cid)) is not None}
+    out["tables"]["audit"] = audit_table(out["audits"])
     figure_paths = _write_figures(out, report_dir)
 
     cells.to_parquet(report_dir / "cells.parquet", index=False)
@@ -121,6 +132,67 @@ def _summaries_table(output_dir: Path, cells: pd.DataFrame, asked: list[dict]) -
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
+AUDIT_COLUMNS = ["cell_id", "item", "findings", "sources", "verdict", "quotes", "quotes_found", "reason", "driver",
+                 "model", "error"]
+
+
+def audit_table(audits: dict[str, dict]) -> pd.DataFrame:
+    """One row per audited cell (audits: cell id -> its audit.json) and checklist item: the deterministic findings
+    (how many, from which records) and the LLM's verdict with its quotes (how many were found verbatim in what it
+    read)."""
+    rows = []
+    for cid, kept in audits.items():
+        for item in audit.CHECKLIST:
+            found = kept["findings"].get(item) or []
+            said = (kept.get("verdict") or {}).get(item) or {}
+            quotes = said.get("evidence") or []
+            rows.append({"cell_id": cid, "item": item, "findings": len(found),
+                         "sources": ",".join(sorted({f["source"] for f in found})), "verdict": said.get("verdict"),
+                         "quotes": len(quotes), "quotes_found": sum(q["quote_found"] for q in quotes),
+                         "reason": said.get("reason"), "driver": kept.get("driver"), "model": kept.get("model"),
+                         "error": kept.get("error")})
+    return pd.DataFrame(rows, columns=AUDIT_COLUMNS)
+
+
+def _misuse_section(cells: pd.DataFrame, table: pd.DataFrame, audits: dict[str, dict]) -> list[str]:
+    """Per audited cell with a finding or a "yes": each checklist item's deterministic evidence (quoted, with where
+    it was seen) and the LLM's verdict beside it (its quotes marked when they are not in what it read)."""
+    if not len(table):
+        return []
+    lines = ["## Misuse (trace audit)", "",
+             "Each finished cell's records checked against a fixed checklist: "
+             + "; ".join(f"**{k}**: {v}" for k, v in audit.CHECKLIST.items()) + ". Deterministic evidence first "
+             "(patterns in the agent's trace and code snapshots, the sandbox's HTTP proxy log of reached and refused "
+             "hosts, the driver proxy's log, the grader's flags), then an LLM's verdict with its quotes beside it, "
+             "never instead (a quote not found verbatim in what it read is marked).", ""]
+    audited = table["cell_id"].nunique()
+    suspect = table[(table["findings"] > 0) | (table["verdict"] == "yes")]
+    labels = cells.set_index("cell_id")
+    if not len(suspect):
+        return lines + [f"Nothing found in the {audited} audited cells, by either layer.", ""]
+    lines += [f"{suspect['cell_id'].nunique()} of {audited} audited cells have a finding or a \"yes\":", ""]
+    for cid, g in suspect.groupby("cell_id", sort=True):
+        c, kept = labels.loc[cid], audits[cid]
+        lines += [f"### {c.task} / {c.agent} / {c.driver}, seed {c.seed}: cell {cid}", ""]
+        if kept.get("error"):
+            lines += [f"The LLM's verdict failed ({kept['error']})"
+                      + ("; the verdict shown is an earlier one." if kept.get("verdict_is_earlier") else "."), ""]
+        rows = []
+        for r in g.itertuples(index=False):
+            found = kept["findings"][r.item]
+            said = (kept.get("verdict") or {}).get(r.item) or {}
+            shown = [f for i, f in enumerate(found) if sum(g["source"] == f["source"] for g in found[:i]) < 2]
+            evidence = "<br>".join(f"[{f['source']}, {f['where']}] `{f['quote'][:160]}`" for f in shown) or "none"
+            quotes = "<br>".join(f"`{q['quote'][:160]}`" + ("" if q["quote_found"] else " (**not in the materials**)")
+                                 for q in (said.get("evidence") or [])[:3])
+            verdict = f"**{said['verdict']}**" if said.get("verdict") == "yes" else (said.get("verdict") or "-")
+            rows.append([r.item, evidence, verdict, quotes or "-", (said.get("reason") or "").replace("|", "/")])
+        lines += [md_table(["item", "deterministic evidence", "LLM verdict", "LLM's quotes", "LLM's reason"], rows),
+                  "", f"The LLM: {kept.get('driver')} ({kept.get('model')}); cells/{cid}/audit.json has every finding.",
+                  ""]
+    return lines
+
+
 def _summary_texts(output_dir: Path, summaries: pd.DataFrame) -> dict[str, dict]:
     return {cid: kept for cid in summaries["cell_id"]
             if (kept := run_summary.read_summary(output_dir / "cells" / cid)) is not None}
@@ -134,8 +206,9 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
     improvement, pooled, best_of_k, pass_k = [], [], [], []
     for policy, r in runs.items():
         improvement.append(stats.group_summary(r, GROUP, n_boot=n_boot, seed=seed, groups=all_groups)
-                           .assign(infra_errors=policy))
-        pooled.append(stats.pooled_summary(r, ["agent", "driver"], cluster="task").assign(infra_errors=policy))
+                           .merge(cost.group_costs(r, GROUP), on=GROUP, how="left").assign(infra_errors=policy))
+        pooled.append(pooled_with_anchored(r).merge(cost.group_costs(r, ["agent", "driver"]), on=["agent", "driver"],
+                                                    how="left").assign(infra_errors=policy))
         best_of_k.append(stats.best_of_k_table(r, GROUP, groups=all_groups).assign(infra_errors=policy))
         pass_k.append(stats.pass_at_k_table(r, GROUP, success_threshold, groups=all_groups)
                       .assign(infra_errors=policy))
@@ -150,7 +223,8 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
     held_out = stats.group_summary(held, GROUP, "final", n_boot=n_boot, seed=seed).merge(
         stats.group_summary(held, GROUP, "gap", n_boot=n_boot, seed=seed).drop(columns=["n", "note"]),
         on=GROUP, suffixes=("", "_gap")).merge(held.groupby(GROUP)["feedback"].mean().rename("feedback_mean")
-                                              .reset_index(), on=GROUP, how="left")
+                                              .reset_index(), on=GROUP, how="left") \
+        .merge(cost.group_costs(held, GROUP, "final"), on=GROUP, how="left")
 
     done = cells[cells["status"].isin(tables.FINISHED_STATUSES)]
     failure_classes = (done.groupby(["agent", "driver", "outcome_class"]).size().rename("n").reset_index()
@@ -167,13 +241,47 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
             "held_out": held_out,
             "improvement": improvement,
             "pooled": pd.concat(pooled, ignore_index=True),
+            "references": references_table(cells),
             "best_of_k": pd.concat(best_of_k, ignore_index=True),
             "pass_at_k": pd.concat(pass_k, ignore_index=True),
             "failure_classes": failure_classes,
             "curves": curve_table,
+            "estimated_usage": tables.estimated_usage(events),
             **tables_out,
         },
     }
+
+
+def pooled_with_anchored(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per agent x driver, pooled across tasks with SEs clustered by task: the raw improvement over every task, and
+    beside it the anchored one (0 = baseline, 1 = the task's reference) over the tasks that have a reference."""
+    raw = stats.pooled_summary(runs, ["agent", "driver"], cluster="task")
+    anchorable = runs[runs["anchored_value"].notna()] if "anchored_value" in runs else runs.iloc[:0]
+    if not len(anchorable):
+        return raw.assign(anchored_n=0, anchored_n_clusters=0, anchored_mean=float("nan"),
+                          anchored_clustered_se=float("nan"), anchored_note="no task has a reference_score")
+    anchored = stats.pooled_summary(anchorable, ["agent", "driver"], cluster="task", value="anchored_value") \
+        .rename(columns={"n": "anchored_n", "n_clusters": "anchored_n_clusters", "mean": "anchored_mean",
+                         "clustered_se": "anchored_clustered_se", "note": "anchored_note"})
+    out = raw.merge(anchored, on=["agent", "driver"], how="left")
+    out["anchored_n"] = out["anchored_n"].fillna(0).astype(int)
+    out["anchored_n_clusters"] = out["anchored_n_clusters"].fillna(0).astype(int)
+    out["anchored_note"] = out["anchored_note"].fillna("no task of these runs has a reference_score")
+    return out
+
+
+def references_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per task: its baseline (feedback split), reference score and the reference's source; tasks without one too."""
+    cols = ["task", "baseline", "reference_score", "reference_source"]
+    if not len(cells):
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for task, g in cells.groupby("task", sort=True):
+        baseline = g["baseline_score"].dropna()
+        rows.append({"task": task, "baseline": float(baseline.iloc[0]) if len(baseline) else float("nan"),
+                     "reference_score": g["reference_score"].iloc[0],
+                     "reference_source": g["reference_source"].iloc[0]})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _reprompting(cells: pd.DataFrame) -> bool:
@@ -259,6 +367,59 @@ def _contamination_section(cells: pd.DataFrame) -> list[str]:
                     "(each cell's outcome names the file, item and overlap).", ""]
 
 
+def _usd(value) -> str:
+    return MISSING if value is None or pd.isna(value) else f"${value:.4f}"
+
+
+def _cost_section(improvement: pd.DataFrame) -> list[str]:
+    """Per group, what a run cost on average and what a point of improvement cost (all runs: infra errors cost too)."""
+    lines = ["## Cost (per task x agent x driver x training mode)", ""]
+    every = improvement[(improvement["infra_errors"] == "failure") & (improvement["cost_runs"].fillna(0) > 0)] \
+        if len(improvement) else improvement
+    if not len(every):
+        return lines + ["No finished cells yet.", ""]
+    rows = [list(r[:len(GROUP)]) + [int(r.cost_runs), fmt(r.driver_tokens_mean, 0), _usd(r.driver_cost_usd_mean),
+                                    _usd(r.judge_cost_usd_mean), fmt(r.gpu_hours_mean, 3), _usd(r.cost_usd_total),
+                                    _usd(r.usd_per_point), fmt(r.gpu_hours_per_point, 4)]
+            for r in every.itertuples(index=False)]
+    return lines + [md_table(GROUP + ["runs", "driver tokens / run", "driver $ / run", "judge $ / run",
+                                      "GPU-h / run", "$ in all", "$ per point", "GPU-h per point"], rows), "",
+                    "Driver tokens and dollars as the driver proxy metered them, the LLM judge's dollars (its calls "
+                    "through the same proxy, never charged to the agent), and GPU-hours reserved (budget.gpus x the "
+                    "cell's wall time). Per point: all of the group's dollars (GPU-hours) over all of its best "
+                    f"feedback improvement, where that is positive ({MISSING}: nothing gained). Infra errors "
+                    "counted.", ""]
+
+
+def _manifest_section(info: dict | None) -> list[str]:
+    """Where the sweep's configuration was written down before it ran, what it says in brief, and how a resumed
+    run's configuration differed (orchestrator/manifest.py)."""
+    lines = ["## Configuration", ""]
+    if info is None:
+        return lines + ["This sweep wrote no manifest (it ran before a2rl wrote them): its configuration is not on "
+                        "record beyond each cell's spec.", ""]
+    m = info["manifest"]
+    a2rl, hw = m.get("a2rl") or {}, m.get("hardware") or {}
+    commit = (a2rl.get("commit") or "unknown")[:12]
+    tree = {True: " (uncommitted changes in the tree)", False: " (clean tree)"}.get(a2rl.get("dirty"), "")
+    gpus = ", ".join(g["name"] for g in hw.get("gpus") or []) or "no GPU"
+    hashed = sum(len(t.get("data_files") or {}) for t in (m.get("tasks") or {}).values())
+    sandbox = m.get("sandbox") or {}
+    drivers = ", ".join(f"{name} ({d.get('model')})" for name, d in (m.get("drivers") or {}).items())
+    lines += [f"Written before the first cell started: [{info['file']}](../{info['file']}) ({m.get('written_at')}): "
+              f"a2rl {commit}{tree}; {len(m.get('cells') or [])} cells, seeds {m.get('seeds')}; "
+              f"{len(m.get('tasks') or {})} tasks ({hashed} data sources hashed); "
+              f"drivers {drivers or 'none'}; "
+              f"sandbox network {sandbox.get('network')}, allowlist {sandbox.get('allow') or 'empty'}; "
+              f"{hw.get('cpus')} x {hw.get('cpu')}, {hw.get('memory_gb')} GB, {gpus}.", ""]
+    for later in info["later"]:
+        keys = later["differences"]
+        lines += [f"**A resumed run was configured differently**: [{later['file']}](../{later['file']}) "
+                  f"({later['written_at']}) differs from {info['file']} in {len(keys)} keys: "
+                  + ", ".join(f"`{k}`" for k in keys[:30]) + (" ..." if len(keys) > 30 else "") + ".", ""]
+    return lines
+
+
 def _summaries_section(cells: pd.DataFrame, table: pd.DataFrame, texts: dict[str, dict],
                        summarizer: run_summary.Summarizer | None) -> list[str]:
     """Each cell's LLM-written run summary where there is one, what this report spent on them, and the failures."""
@@ -318,6 +479,7 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
         "submission counts 0 (the base model stands). Only a cell's final attempt counts. Infra errors are the "
         "system's fault: results are given counting them as failures (0) and excluding them.",
         "",
+        *_manifest_section(out.get("manifest")),
         "## Held-out final score (per task x agent x driver x training mode, over seeds)",
         "",
     ]
@@ -363,13 +525,26 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
     else:
         lines += ["No finished cells yet.", ""]
 
+    lines += _cost_section(imp)
     lines += ["## Pooled across tasks (SE clustered by task)", ""]
     pooled = t["pooled"]
     if len(pooled):
         rows = [[r.agent, r.driver, r.infra_errors, r.n_clusters, r.n, fmt(r.mean, signed=True),
-                 fmt(r.clustered_se), r.note] for r in pooled.itertuples()]
-        lines += [md_table(["agent", "driver", "infra errors", "tasks", "runs", "mean", "clustered SE", "note"],
-                           rows), ""]
+                 fmt(r.clustered_se), r.anchored_n_clusters, r.anchored_n, fmt(r.anchored_mean, signed=True),
+                 fmt(r.anchored_clustered_se), _usd(r.cost_usd_mean), _usd(r.usd_per_point),
+                 fmt(r.gpu_hours_per_point), "; ".join(n for n in (r.note, r.anchored_note) if n)]
+                for r in pooled.itertuples()]
+        lines += [md_table(["agent", "driver", "infra errors", "tasks", "runs", "mean", "clustered SE",
+                            "anchored tasks", "anchored runs", "anchored mean", "anchored clustered SE", "$ per run",
+                            "$ per point", "GPU-h per point", "note"], rows), "",
+                  "Raw: improvements in each task's own points, pooled over every task. Anchored: each run's "
+                  "improvement over (reference - baseline), 0 at the base model and 1 at the task's reference score, "
+                  "pooled over the tasks that have one, so an easy task's points do not outweigh a hard task's.", ""]
+        refs = t["references"]
+        rows = [[r.task, fmt(r.baseline), fmt(r.reference_score),
+                 r.reference_source if isinstance(r.reference_source, str) else "none: not anchored"]
+                for r in refs.itertuples()]
+        lines += [md_table(["task", "baseline", "reference", "source"], rows), ""]
     else:
         lines += ["No finished cells yet.", ""]
 
@@ -421,15 +596,33 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
                  "kept" if not r.mode_violation else f"**broken**: {r.mode_violation}"] for r in checked.itertuples()]
         lines += [md_table(["cell", "task", "agent", "driver", "mode", "seed", "rules"], rows), ""]
 
+    estimated = t.get("estimated_usage")
+    if estimated is not None and len(estimated):
+        lines += ["## Estimated driver tokens", "",
+                  "Calls whose stream was cut before the server sent its usage (the agent hung up, or its deadline "
+                  "ended it) are counted by the driver proxy itself: prompt tokens with the model's tokenizer or the "
+                  "provider's count endpoint, else from characters, and generated tokens from what was streamed "
+                  "(each record's `estimated` says how). They are in every token and cost figure here; these cells "
+                  "hold such counts.", ""]
+        rows = [[f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task, r.agent, r.driver, r.seed,
+                 f"{r.estimated_calls} of {r.calls}", f"{int(r.estimated_tokens)} of {int(r.tokens)}"]
+                for r in estimated.itertuples()]
+        lines += [md_table(["cell", "task", "agent", "driver", "seed", "estimated calls", "estimated tokens"], rows),
+                  ""]
+
     lines += ["## Cells", ""]
     rows = [[r.cell_id if r.status == "pending" else f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task,
-             r.agent, r.driver, r.seed, r.status, fmt(r.improvement, signed=True), r.n_submissions, r.outcome_class]
+             r.agent, r.driver, r.seed, r.status, fmt(r.improvement, signed=True), fmt(r.anchored, signed=True),
+             r.n_submissions, r.outcome_class, r.driver_tokens, _usd(r.driver_cost_usd), _usd(r.judge_cost_usd),
+             fmt(r.gpu_hours, 3)]
             + ([f"[summary](../cells/{r.cell_id}/summary.md)" if r.cell_id in summaries else ""] if summaries else [])
             for r in cells.itertuples()]
-    lines += [md_table(["cell", "task", "agent", "driver", "seed", "status", "improvement", "submissions",
-                        "outcome"] + (["LLM summary"] if summaries else []), rows), ""]
+    lines += [md_table(["cell", "task", "agent", "driver", "seed", "status", "improvement", "anchored", "submissions",
+                        "outcome", "driver tokens", "driver $", "judge $", "GPU-h"]
+                       + (["LLM summary"] if summaries else []), rows), ""]
     lines += _summaries_section(cells, t.get("summaries", pd.DataFrame(columns=SUMMARY_COLUMNS)), summaries,
                                 summarizer)
+    lines += _misuse_section(cells, t.get("audit", pd.DataFrame(columns=AUDIT_COLUMNS)), out.get("audits") or {})
 
     if figure_paths:
         lines += ["## Figures", ""] + [f"![{path.stem}]({path.name})" for path in figure_paths] + [""]
@@ -461,5 +654,7 @@ def log_to_wandb(output_dir: Path, cells: pd.DataFrame, out: dict, figure_paths:
         logged.update({f"figure/{path.stem}": wandb.Image(str(path)) for path in figure_paths})
         run.log(logged)
         run.summary.update({f"cells/{k}": v for k, v in out["progress"].items() if k != "by_status"})
+        run.summary.update({f"cost/{k}": float(cells[k].sum()) for k in ("driver_tokens", "driver_cost_usd",
+                                                                          "judge_cost_usd", "gpu_hours", "cost_usd")})
     finally:
         run.finish()
