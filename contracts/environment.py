@@ -18,15 +18,6 @@ from types import ModuleType
 from contracts.decoding import Prompt
 
 
-# The batched calls of the rollout service, as every interactive task's instructions tell agents (one text for all)
-ROLLOUT_BATCHES = """\
-- `POST /env/step_batch {"steps": [{"session_id", "command"}, ...]}` and `POST /env/reset_batch {"resets": [<reset
-  bodies>]}` step or reset many sessions of your run in one request (the service steps them on all its hosts at once:
-  one request per lockstep step of a batch of episodes is far faster than one per session) -> `{"results": [...]}`,
-  in order: each entry is the single call's answer plus `"status": 200`, or its own error `{"session_id", "status",
-  "error", "code"}` (a session lost with its host is `410 session_lost`: reset a new one); the others are unaffected."""
-
-
 @dataclass(frozen=True)
 class Instance:
     """One playable instance of a split (a text game, a shopping instruction, ...)."""

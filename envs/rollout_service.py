@@ -1,18 +1,9 @@
 """The rollout service: environment sessions on the train instances of an interactive task, for online RL.
 
 One Ray Serve application per task at ``/<task>/env`` (so ``$GRADING_SERVER_URL/env/...`` for an agent), FastAPI
-ingress, the same run tokens as the grader (``Authorization: Bearer TOKEN``, checked against the RunRegistry):
-
-  GET  /env/games                      the train games: [{index, name, task_type}], max_steps, max_sessions
-  POST /env/reset {game?, session_id?, actions?}   new session (or reset one of yours); replays ``actions``
-  POST /env/step  {session_id, command}            one command; the environment answers unknown ones too
-  POST /env/close {session_id}
-  POST /env/reset_batch {resets: [reset bodies]}                 many sessions of your run in one request: answered
-  POST /env/step_batch  {steps: [{session_id, command}]}         {results: [...]}, per entry its answer with
-                                                                 "status": 200, or its own refusal {session_id,
-                                                                 status, error, code} (one lost session is its 410)
-  GET  /env/sessions                   your open sessions
-  GET  /env/health
+ingress, the same run tokens as the grader (``Authorization: Bearer TOKEN``, checked against the RunRegistry). The
+routes it serves, and what agents read about them, are one table: contracts.rollout_api.ROUTES (/env/games, /reset,
+/step, /step_batch, /reset_batch, /close, /sessions, /health).
 
 Architecture: the Serve deployment is a stateless router (any number of replicas); sessions live in a fixed pool of
 ``EnvHost`` actors, each holding many episodes of the task's Environment in its own process (engines such as the

@@ -9,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from contracts.rollout_api import GAMES_KEYS, RESET_KEYS, ROUTES, STEP_KEYS
+
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
@@ -89,11 +91,21 @@ def test_games_are_the_train_split_only(service):
     assert body["max_steps"] == 50 and body["max_sessions"] == 3
     assert httpx.get(service["url"] + "/games", timeout=10).status_code == 401
     assert httpx.get(service["url"] + "/health", timeout=10).json()["games"] == 3
+    assert tuple(body) == GAMES_KEYS and tuple(body["games"][0]) == ("index", "name", "task_type")
+
+
+def test_the_routes_agents_read_about_are_the_routes_served():
+    """The instructions' rollout section comes from contracts.rollout_api.ROUTES: the service serves exactly those."""
+    from envs.rollout_service import api
+
+    served = {(method.upper(), path) for path, methods in api.openapi()["paths"].items() for method in methods}
+    assert served == {(r.method, r.path) for r in ROUTES}
 
 
 def test_an_episode_through_the_service_wins_with_the_walkthrough(service):
     client = Client(service)
     start = client.reset(game=0)
+    assert sorted(start) == sorted(RESET_KEYS)  # the answer's keys are those the instructions list
     assert start["game"]["index"] == 0 and start["task"] and not start["won"] and not start["done"]
     assert start["admissible_commands"] and "Your task is to" in start["observation"]
     plan = walkthrough(service["task"], 0)
@@ -102,7 +114,7 @@ def test_an_episode_through_the_service_wins_with_the_walkthrough(service):
         start = client.step(start["session_id"], cmd)
     assert start["won"] and start["done"] and start["reward"] == 1.0 and start["steps"] == len(plan)
     again = client.step(start["session_id"], "look")  # after the end: the same answer, nothing changes
-    assert again == start
+    assert again == start and sorted(again) == sorted(STEP_KEYS)
     # Reset the same session by name, replaying all but the last command on the service: one step from winning.
     name = client.get("/games").json()["games"][0]["name"]
     replayed = client.reset(session_id=start["session_id"], game=name, actions=plan[:-1])
