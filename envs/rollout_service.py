@@ -18,7 +18,8 @@ Architecture: the Serve deployment is a stateless router (any number of replicas
 ``EnvHost`` actors, each holding many episodes of the task's Environment in its own process (engines such as the
 text games' are pure Python: one process steps ~30-40 games/s, so hosts are the unit of parallelism). A session id
 names its host (``<host>.<random>``), so every replica routes a session's requests to the same place; a batch is
-one actor call per host, all hosts at once, each host stepping its part in turn. A step costs one actor call, its
+one actor call per host, all hosts at once, each host stepping its part together (Environment.step_many). A step
+costs one actor call, its
 host's: routers know which runs are open from a snapshot of the registry they refresh while requests come
 (contracts.runs.OpenRuns: a closed run is refused within a second). Per-run session counts live in the RunRegistry
 (one limit across all replicas and hosts), asked only when sessions open, close or are found lost. Hosts close
@@ -196,17 +197,6 @@ class EnvHost:
         return self._start(s, session_id, actions)
 
     @_answers_errors
-    def step(self, session_id: str, owner: str, action: str) -> dict:
-        with self.lock:
-            s = self._get(session_id, owner)
-        if s.done:  # the episode is over: answer as before, change nothing
-            return dict(s.last)
-        step = s.episode.step(action)
-        self.counters["steps"] += 1
-        self._use(s.owner, steps=1)
-        return self._answer(s, session_id, step)
-
-    @_answers_errors
     def close(self, session_id: str, owner: str) -> bool:
         with self.lock:
             s = self._get(session_id, owner)
@@ -219,8 +209,42 @@ class EnvHost:
         order; each answer is its own (a refusal for one session does not stop the others)."""
         if method not in ("open", "reset", "step", "close"):
             raise ValueError(f"no host method {method!r}")
+        if method == "step":
+            return self._steps(owner, calls)
         run = getattr(self, method)
         return [run(session_id, owner, *args) for session_id, *args in calls]
+
+    def _steps(self, owner: str, calls: list[tuple]) -> list:
+        """A batch's steps on this host, taken together (Environment.step_many: one search call for all of
+        DeepSearchQA's queries). A session named twice is stepped in order: its n-th step goes in the n-th wave."""
+        answers: list = [None] * len(calls)
+        waves: list[list[int]] = []
+        seen: dict[str, int] = {}
+        for i, (session_id, _) in enumerate(calls):
+            n = seen[session_id] = seen.get(session_id, -1) + 1
+            if n == len(waves):
+                waves.append([])
+            waves[n].append(i)
+        for wave in waves:
+            live = []
+            for i in wave:
+                try:
+                    with self.lock:
+                        s = self._get(calls[i][0], owner)
+                except Refusal as e:
+                    answers[i] = e
+                    continue
+                if s.done:  # the episode is over: answer as before, change nothing
+                    answers[i] = dict(s.last)
+                else:
+                    live.append((i, s))
+            if live:
+                steps = self.env.step_many([s.episode for _, s in live], [calls[i][1] for i, _ in live])
+                for (i, s), step in zip(live, steps):
+                    self.counters["steps"] += 1
+                    self._use(owner, steps=1)
+                    answers[i] = self._answer(s, calls[i][0], step)
+        return answers
 
     def close_owner(self, owner: str) -> tuple[list[str], dict]:
         """Close a run's sessions; returns their ids and the run's usage of this host (forgotten here)."""
@@ -238,8 +262,9 @@ class EnvHost:
                      "done": s.done, "won": s.won} for sid, s in self.sessions.items() if s.owner == owner]
 
     def stats(self) -> dict:
+        """Its sessions and counters, and the CPU seconds its process has used (how busy a host is: sizing)."""
         with self.lock:
-            return {"sessions": len(self.sessions), **self.counters}
+            return {"sessions": len(self.sessions), **self.counters, "cpu_s": time.process_time()}
 
 
 # ------------------------------------------------------------------------------------------------------ router
