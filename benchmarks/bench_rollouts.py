@@ -39,7 +39,8 @@ WORDS = ["shampoo", "wireless headphones", "black", "gluten free coffee", "slim 
 def task_cfg(env: str, hosts: int, max_sessions: int) -> dict:
     from orchestrator.sweep import load_named
 
-    size = {"alfworld": {"n_train": 4, "n_eval": 1, "seed": 7},  # 64 sessions share 4 games: building one is slow
+    # 64 sessions share 4 ALFWorld games (building one is slow); the a2rl protocol: the paper's plays 50 steps a game
+    size = {"alfworld": {"n_train": 4, "n_eval": 1, "seed": 7, "protocol": "a2rl"},
             "webshop": {"n_products": 2000, "n_train": 64, "n_eval": 1, "eval_salt": "bench"},
             "deepsearchqa": {"eval_salt": "bench"}}[env]
     return {**load_named("task", env, "bench"), "name": f"{env}_bench", **size, "final_size": 0,

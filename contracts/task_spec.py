@@ -47,7 +47,7 @@ class GraderSettings:
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    num_hosts: int
+    num_hosts: int | None           # host actors (null: one per CPU of the cluster, at most max_sessions_per_run)
     num_replicas: int
     max_sessions_per_run: int
     idle_timeout_s: float
@@ -77,7 +77,7 @@ _RULES: dict[str, tuple[type, float | None]] = {
     "ngram": (int, 1), "threshold": (float, 0), "max_file_mb": (float, 0), "near_copy_tol": (float, 0),
     "max_files": (int, 1), "max_total_mb": (float, 0), "max_s": (float, 0),
 }
-_NULLABLE = {"threads", "max_model_len", "kv_cache_gb", "memory_gb"}
+_NULLABLE = {"threads", "max_model_len", "kv_cache_gb", "memory_gb", "num_hosts"}
 
 
 @cache
@@ -148,10 +148,14 @@ class TaskSpec:
         protocol = config.get("protocol", defaults()["protocol"])
         if not isinstance(protocol, str) or not protocol:
             raise ConfigError(f"{where}: protocol={protocol!r} must be a protocol's name (e.g. paper or a2rl)")
+        rollout = _settings(RolloutSettings, "rollout", config.get("rollout"), where)
+        if rollout.num_hosts is None and rollout.host_cpus:
+            raise ConfigError(f"{where}: rollout.num_hosts is null (one host per CPU of the cluster) while "
+                              f"host_cpus={rollout.host_cpus:g} reserves CPUs for each host: set num_hosts")
         return cls(name=name, cls=config["cls"], base_model=config["base_model"], level=int(level),
                    description=description, protocol=protocol,
                    grader=_settings(GraderSettings, "grader", config.get("grader"), where),
-                   rollout=_settings(RolloutSettings, "rollout", config.get("rollout"), where),
+                   rollout=rollout,
                    contamination=_settings(ContaminationSettings, "contamination", config.get("contamination"),
                                            where),
                    params={k: v for k, v in config.items() if k not in SPEC_KEYS}, config=config)

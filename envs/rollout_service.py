@@ -63,6 +63,12 @@ def refused(e: Refusal) -> JSONResponse:
     return JSONResponse(status_code=e.status, content=e.body())
 
 
+def answered(content: dict) -> JSONResponse:
+    """An answer as it is: returned as a Response, FastAPI does not walk it through jsonable_encoder first (~1.3 ms
+    of CPU for a batch of 64 observations, against 0.4 ms for json.dumps alone)."""
+    return JSONResponse(content=content)
+
+
 def _answers_errors(method):
     """Host methods return a Refusal instead of raising it (a Ray error would hide it behind its own)."""
     import functools
@@ -262,9 +268,13 @@ class EnvHost:
                      "done": s.done, "won": s.won} for sid, s in self.sessions.items() if s.owner == owner]
 
     def stats(self) -> dict:
-        """Its sessions and counters, and the CPU seconds its process has used (how busy a host is: sizing)."""
+        """Its sessions and counters, the CPU seconds its process has used (how busy a host is: sizing) and its
+        peak resident memory."""
+        import resource
+
         with self.lock:
-            return {"sessions": len(self.sessions), **self.counters, "cpu_s": time.process_time()}
+            return {"sessions": len(self.sessions), **self.counters, "cpu_s": time.process_time(),
+                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
 
 # ------------------------------------------------------------------------------------------------------ router
@@ -397,7 +407,7 @@ class RolloutService:
             (answer,) = await self._resets(token, [self._reset_entry(await json_body(request))])
             if isinstance(answer, Refusal):
                 raise answer
-            return answer
+            return answered(answer)
         except Refusal as e:
             return refused(e)
 
@@ -410,7 +420,7 @@ class RolloutService:
             (answer,) = await self._on_hosts("step", token, [(session_id, command)])
             if isinstance(answer, Refusal):
                 raise answer
-            return answer
+            return answered(answer)
         except Refusal as e:
             return refused(e)
 
@@ -433,8 +443,8 @@ class RolloutService:
             except Refusal as e:
                 parsed.append(e)
         answers = await self._resets(token, parsed)
-        return {"results": [_entry_answer(a, e.get("session_id") if isinstance(e, dict) else None)
-                            for a, e in zip(answers, entries)]}
+        return answered({"results": [_entry_answer(a, e.get("session_id") if isinstance(e, dict) else None)
+                                     for a, e in zip(answers, entries)]})
 
     @api.post("/step_batch")
     async def step_batch(self, request: Request):
@@ -458,8 +468,8 @@ class RolloutService:
                 answers[i] = e
         for i, answer in zip(where, await self._on_hosts("step", token, calls)):
             answers[i] = answer
-        return {"results": [_entry_answer(a, e.get("session_id") if isinstance(e, dict) else None)
-                            for a, e in zip(answers, entries)]}
+        return answered({"results": [_entry_answer(a, e.get("session_id") if isinstance(e, dict) else None)
+                                     for a, e in zip(answers, entries)]})
 
     @api.post("/close")
     async def close(self, request: Request):
@@ -615,6 +625,15 @@ def route_prefix(task_name: str, scope: str = "") -> str:
 
 
 
+def host_count(settings) -> int:
+    """How many host actors a task's rollout service starts: `num_hosts`, or when null one per CPU of the cluster
+    (a host steps its sessions one after another in one process: with pure-Python engines, hosts are the cores a
+    batch uses), never more than a run's sessions."""
+    if settings.num_hosts is not None:
+        return settings.num_hosts
+    return max(1, min(int(ray.cluster_resources().get("CPU", 1)), settings.max_sessions_per_run))
+
+
 def deploy(spec: TaskSpec, cache_dir: str, scope: str = "") -> str:
     """Start the task's rollout application and its host actors (unless this process runs it with the same settings
     already); returns its route prefix. Builds the train games first if no one has."""
@@ -635,7 +654,7 @@ def deploy(spec: TaskSpec, cache_dir: str, scope: str = "") -> str:
         env_vars = {"A2RL_CACHE_DIR": str(cache_dir)}
         host_names, hosts = [], []
         # Detached, as the routers that call them: a resumed sweep on a cluster finds the hosts its routers hold
-        for i in range(spec.rollout.num_hosts):
+        for i in range(host_count(spec.rollout)):
             host_name = scoped(f"a2rl-env-{spec.name}-{key}-{i}", scope)
             handle = EnvHost.options(name=host_name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
                                      num_cpus=spec.rollout.host_cpus, runtime_env={"env_vars": env_vars}).remote(
