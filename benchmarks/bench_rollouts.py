@@ -167,7 +167,9 @@ def serve_alone(http, url: str, requests: int) -> dict:
 
 
 def service_batches(http, url: str, headers: dict, policy: Scripted, n_games: int, size: int, rounds: int,
-                    handle) -> dict:
+                    hosts: list) -> dict:
+    import ray
+
     rngs = [random.Random(i) for i in range(size)]
     r = http.post(url + "/reset_batch", json={"resets": [{"game": i % n_games} for i in range(size)]},
                   headers=headers)
@@ -175,7 +177,7 @@ def service_batches(http, url: str, headers: dict, policy: Scripted, n_games: in
     sessions = r.json()["results"]
     assert all(s["status"] == 200 for s in sessions), sessions
     lat = []
-    cpu0 = sum(h["cpu_s"] for h in handle.stats.remote().result())
+    cpu0 = sum(h["cpu_s"] for h in ray.get([h.stats.remote() for h in hosts]))
     t0 = time.perf_counter()
     for _ in range(rounds):
         body = {"steps": [{"session_id": s["session_id"], "command": policy(s["admissible_commands"], rng, False)}
@@ -187,11 +189,13 @@ def service_batches(http, url: str, headers: dict, policy: Scripted, n_games: in
         sessions = [{**s, **a} for s, a in zip(sessions, r.json()["results"])]
         assert all(s["status"] == 200 for s in sessions), sessions
     wall = time.perf_counter() - t0
-    host_cpu_s = sum(h["cpu_s"] for h in handle.stats.remote().result()) - cpu0
+    stats = ray.get([h.stats.remote() for h in hosts])
+    host_cpu_s = sum(h["cpu_s"] for h in stats) - cpu0
     for s in sessions:
         http.post(url + "/close", json={"session_id": s["session_id"]}, headers=headers)
     return {"sessions": size, **summary(lat, rounds * size, wall, per=size),
-            "steps_per_host_cpu_s": round(rounds * size / host_cpu_s, 1)}
+            "steps_per_host_cpu_s": round(rounds * size / host_cpu_s, 1),
+            "host_peak_rss_mb": [h["peak_rss_mb"] for h in stats]}
 
 
 def round_in_process(environment, policy: Scripted, episodes: int, horizon: int) -> dict:
@@ -241,7 +245,6 @@ def round_through_service(client_env, policy: Scripted, n_games: int, episodes: 
 def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
     import httpx
     import ray
-    from ray import serve
 
     from agents.builtin.a2rl_client import Env
     from contracts.task import load_task
@@ -260,10 +263,9 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
     token = secrets.token_urlsafe(16)
     ray.get(registry.register.remote(token, {"deadline": time.time() + 7200, "max_submissions": 1}))
     headers = {"Authorization": f"Bearer {token}"}
-    handle = serve.get_app_handle(rollout_service.app_name(cfg["name"]))
-    host = ray.get_actor(next(h["name"] for h in ray.util.list_named_actors(all_namespaces=True)
-                              if h["name"].startswith(f"a2rl-env-{cfg['name']}-") and h["name"].endswith("-0")),
-                         namespace="a2rl")
+    hosts = [ray.get_actor(h["name"], namespace="a2rl") for h in sorted(
+        ray.util.list_named_actors(all_namespaces=True), key=lambda h: h["name"])
+        if h["name"].startswith(f"a2rl-env-{cfg['name']}-")]  # "...-<index>": host 0 first (fewer than 10 hosts)
     with httpx.Client(timeout=600) as http:
         service_steps(http, url, headers, policy, 20)  # warm up connections, host code paths, caches
         looked_up = ray.get(registry.lookup_counts.remote())["get"]
@@ -275,11 +277,11 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
         # The host's actor call alone, on a session of host 0 (a session id names its host: "<index>.<random>")
         opened = http.post(url + "/reset_batch", json={"resets": [{"game": 0}] * a.hosts}, headers=headers)
         (own,) = [r for r in opened.json()["results"] if r["session_id"].startswith("0.")]
-        out["host_alone"] = host_alone(host, token, own["session_id"], policy, own["admissible_commands"], a.steps)
+        out["host_alone"] = host_alone(hosts[0], token, own["session_id"], policy, own["admissible_commands"], a.steps)
         for r in opened.json()["results"]:
             http.post(url + "/close", json={"session_id": r["session_id"]}, headers=headers)
         out["service_batches"] = [service_batches(http, url, headers, policy, n_games, size,
-                                                  max(3, 2 * a.steps // size), handle) for size in a.batches]
+                                                  max(3, 2 * a.steps // size), hosts) for size in a.batches]
         stepped = out["service_one_session"]["steps"] + sum(b["steps"] for b in out["service_batches"])
         out["registry_gets_per_1000_steps"] = round(
             1000 * (ray.get(registry.lookup_counts.remote())["get"] - looked_up) / stepped, 2)
