@@ -20,12 +20,12 @@ text games' are pure Python: one process steps ~30-40 games/s, so hosts are the 
 names its host (``<host>.<random>``), so every replica routes a session's requests to the same place; a batch is
 one actor call per host, all hosts at once, each host stepping its part together (Environment.step_many). A step
 costs one actor call, its host's: routers know which runs are open from a snapshot of the registry they refresh
-while requests come (contracts.runs.OpenRuns: a closed run is refused within a second). Per-run session counts live in the RunRegistry
-(one limit across all replicas and hosts), asked only when sessions open, close or are found lost. Hosts close
-sessions idle for ``idle_timeout_s`` and release them in the registry; the orchestrator closes a run's sessions when
-its cell ends (``close_run`` through the deployment handle). Eval instances never reach this service: routers and
-hosts get the train instances only, looked up by index or name. The API calls instances "games" and actions
-"commands", as agents have always used it.
+while requests come (contracts.runs.OpenRuns: a closed run is refused within a second). Per-run session counts live in
+the RunRegistry (one limit across all replicas and hosts), asked only when sessions open, close or are found lost. Hosts
+close sessions idle for ``idle_timeout_s`` and release them in the registry; the orchestrator closes a run's sessions
+when its cell ends (``close_run`` through the deployment handle). Eval instances never reach this service: routers and
+hosts get the train instances only, looked up by index or name. The API calls instances "games" and actions "commands",
+as agents have always used it.
 
 Why not one actor per session: an actor is a process (~1-2 s to start plus ~2 s to import the engine, ~150 MB);
 a pool of hosts starts once and creates a session in one engine reset (~0.5-0.8 s).
