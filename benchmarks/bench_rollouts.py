@@ -5,7 +5,8 @@ environment in this process against the service (HTTP, Serve router, host actors
                                         [--hosts 2] [--episodes 64] [--horizon 20]
 
 Per environment: one session stepped one request at a time (POST /env/step) against one episode in process (steps/s,
-p50/p99 a step, the p50 overhead, and Serve's own part: GET /env/health); batches of 16 and 64 sessions stepped with
+p50/p99 a step, the p50 overhead; the same through the agent client with its kept connection and with a new
+connection a request; and the parts: Serve alone, GET /env/health, and the host's actor call alone); batches of 16 and 64 sessions stepped with
 one POST /env/step_batch each (steps/s, p50/p99 of a batch and per step); and a GRPO-shaped round, `episodes`
 episodes in lockstep to completion (done, or `horizon` steps) with a scripted policy, through the agent client
 (a2rl_client.Env: one reset batch, one step batch per lockstep step) against the same round in process. Also counts
@@ -14,7 +15,10 @@ the run registry's lookups: routers check tokens against their snapshot of open 
 Starts its own Ray on 127.0.0.1 and Serve on a free loopback port; tasks are built (or found) under $A2RL_CACHE_DIR
 (default: a temp dir). The scripted policies never end an episode in the throughput phases (so no answer comes from a
 finished episode) and may end it in the round. RAY_SERVE_THROUGHPUT_OPTIMIZED=1 in the environment measures Serve's
-throughput settings. Prints a table and one JSON object.
+throughput settings (direct ingress, gRPC, user code on the replica's main loop; with it, a deployment handle called
+from synchronous code, as the orchestrator's close_run is, fails unless RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1).
+Per batch size it also counts the hosts' CPU seconds: steps per host CPU second against steps per CPU second in
+process is what the service costs per core, whatever else the machine runs. Prints a table and one JSON object.
 """
 from __future__ import annotations
 
