@@ -5,12 +5,12 @@ environment in this process against the service (HTTP, Serve router, host actors
                                         [--hosts 2] [--episodes 64] [--horizon 20]
 
 Per environment: one session stepped one request at a time (POST /env/step) against one episode in process (steps/s,
-p50/p99 a step, the p50 overhead; the same through the agent client with its kept connection and with a new
-connection a request; and the parts: Serve alone, GET /env/health, and the host's actor call alone); batches of 16 and 64 sessions stepped with
-one POST /env/step_batch each (steps/s, p50/p99 of a batch and per step); and a GRPO-shaped round, `episodes`
-episodes in lockstep to completion (done, or `horizon` steps) with a scripted policy, through the agent client
-(a2rl_client.Env: one reset batch, one step batch per lockstep step) against the same round in process. Also counts
-the run registry's lookups: routers check tokens against their snapshot of open runs, not the registry.
+p50/p99 a step, the p50 overhead; the same through the agent client with its kept connection and with a new connection
+a request; and the parts: Serve alone, GET /env/health, and the host's actor call alone); batches of 16 and 64
+sessions stepped with one POST /env/step_batch each (steps/s, p50/p99 of a batch and per step); and a GRPO-shaped
+round, `episodes` episodes in lockstep to completion (done, or `horizon` steps) with a scripted policy, through the
+agent client (a2rl_client.Env: one reset batch, one step batch per lockstep step) against the same round in process.
+Also counts the run registry's lookups: routers check tokens against their snapshot of open runs, not the registry.
 
 Starts its own Ray on 127.0.0.1 and Serve on a free loopback port; tasks are built (or found) under $A2RL_CACHE_DIR
 (default: a temp dir). The scripted policies never end an episode in the throughput phases (so no answer comes from a
