@@ -120,6 +120,35 @@ def service_steps(http, url: str, headers: dict, policy: Scripted, steps: int) -
     return summary(lat, steps, wall)
 
 
+def service_processes(task_name: str) -> dict:
+    """The processes a request crosses, by part: Serve's HTTP proxy, the rollout routers, the hosts, and this one
+    (the client), as psutil handles: their CPU seconds are what each part costs, however loaded the machine is."""
+    import psutil
+    import ray
+
+    def pid(actor) -> int:
+        return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+
+    parts: dict[str, list] = {"proxy": [], "router": [], "hosts": []}
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        name = a["name"]
+        part = ("proxy" if name.startswith("SERVE_PROXY_ACTOR") else
+                "router" if name.startswith("SERVE_REPLICA") and f"rollouts-{task_name}" in name else
+                "hosts" if name.startswith(f"a2rl-env-{task_name}-") else None)
+        if part:
+            parts[part].append(psutil.Process(pid(ray.get_actor(name, namespace=a["namespace"]))))
+    return {**parts, "client": [psutil.Process()]}
+
+
+def cpu_seconds(processes: dict) -> dict:
+    return {part: sum(sum(p.cpu_times()[:2]) for p in procs) for part, procs in processes.items()}
+
+
+def cpu_ms_per_step(processes: dict, before: dict, steps: int) -> dict:
+    after = cpu_seconds(processes)
+    return {part: round(1000 * (after[part] - before[part]) / steps, 3) for part in before}
+
+
 def client_steps(url: str, token: str, policy: Scripted, steps: int, keep_alive: bool) -> dict:
     """One session through the agent client's HTTP: a kept-open connection (a2rl_client.KeepAlive, what Env uses) or
     a new connection a request (a2rl_client.http, urllib)."""
@@ -274,7 +303,10 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
         service_steps(http, url, headers, policy, 20)  # warm up connections, host code paths, caches
         looked_up = ray.get(registry.lookup_counts.remote())["get"]
         out["in_process"] = in_process_steps(environment, policy, a.steps)
+        processes = service_processes(cfg["name"])
+        before = cpu_seconds(processes)
         out["service_one_session"] = service_steps(http, url, headers, policy, a.steps)
+        out["service_one_session"]["cpu_ms_per_step"] = cpu_ms_per_step(processes, before, a.steps)
         out["client_keep_alive"] = client_steps(url, token, policy, a.steps, keep_alive=True)
         out["client_new_connections"] = client_steps(url, token, policy, a.steps, keep_alive=False)
         out["serve_alone"] = serve_alone(http, url, a.steps)
@@ -284,8 +316,13 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
         out["host_alone"] = host_alone(hosts[0], token, own["session_id"], policy, own["admissible_commands"], a.steps)
         for r in opened.json()["results"]:
             http.post(url + "/close", json={"session_id": r["session_id"]}, headers=headers)
-        out["service_batches"] = [service_batches(http, url, headers, policy, n_games, size,
-                                                  max(3, 2 * a.steps // size), hosts) for size in a.batches]
+        out["service_batches"] = []
+        for size in a.batches:
+            before = cpu_seconds(processes)
+            out["service_batches"].append(service_batches(http, url, headers, policy, n_games, size,
+                                                          max(3, 2 * a.steps // size), hosts))
+            out["service_batches"][-1]["cpu_ms_per_step"] = cpu_ms_per_step(processes, before,
+                                                                            out["service_batches"][-1]["steps"])
         stepped = out["service_one_session"]["steps"] + sum(b["steps"] for b in out["service_batches"])
         out["registry_gets_per_1000_steps"] = round(
             1000 * (ray.get(registry.lookup_counts.remote())["get"] - looked_up) / stepped, 2)
@@ -319,12 +356,16 @@ def table(results: list[dict]) -> str:
     for r in results:
         ip = r["in_process"]
         rows.append((r["env"], "in process", ip["steps_per_s"], ip["step_ms_p50"], ip["step_ms_p99"], "", "1"))
+        rows.append(("", f"  CPU ms/step: {round(1000 / ip['steps_per_cpu_s'], 3)}", "", "", "", "", ""))
         for what, key in [("service, 1 session (httpx)", "service_one_session"),
                           ("  a2rl_client, kept connection", "client_keep_alive"),
                           ("  a2rl_client, new connections", "client_new_connections")]:
             one = r[key]
             rows.append(("", what, one["steps_per_s"], one["step_ms_p50"], one["step_ms_p99"], one["step_ms_p50"],
                          round(one["steps_per_s"] / ip["steps_per_s"], 3)))
+        rows.append(("", "  CPU ms/step: " + ", ".join(f"{k} {v}" for k, v in
+                                                      r["service_one_session"]["cpu_ms_per_step"].items()),
+                     "", "", "", "", ""))
         for what, key in [("  of which Serve alone (GET /health)", "serve_alone"),
                           ("  of which the host's actor call", "host_alone")]:
             rows.append(("", what, "", r[key]["step_ms_p50"], r[key]["step_ms_p99"], "", ""))
@@ -333,6 +374,8 @@ def table(results: list[dict]) -> str:
                          b["step_ms_p99"], b["batch_ms_p50"], r["ratios"][f"batch{b['sessions']}_vs_in_process"]))
             rows.append(("", "  per host CPU second", b["steps_per_host_cpu_s"], "", "", "",
                          r["ratios"][f"batch{b['sessions']}_per_host_cpu_vs_in_process"]))
+            rows.append(("", "  CPU ms/step: " + ", ".join(f"{k} {v}" for k, v in b["cpu_ms_per_step"].items()),
+                         "", "", "", "", ""))
         rows.append(("", f"GRPO round ({r['round_service']['episodes']} episodes, {r['round_service']['steps']} "
                          "steps)", "", "", "", "", f"{r['round_service']['wall_s']} s vs "
                      f"{r['round_in_process']['wall_s']} s: {r['ratios']['round_service_over_in_process']}x"))
