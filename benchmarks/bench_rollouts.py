@@ -200,7 +200,7 @@ def serve_alone(http, url: str, requests: int) -> dict:
 
 
 def service_batches(http, url: str, headers: dict, policy: Scripted, n_games: int, size: int, rounds: int,
-                    hosts: list) -> dict:
+                    hosts: list, processes: dict) -> dict:
     import ray
 
     rngs = [random.Random(i) for i in range(size)]
@@ -211,6 +211,7 @@ def service_batches(http, url: str, headers: dict, policy: Scripted, n_games: in
     assert all(s["status"] == 200 for s in sessions), sessions
     lat = []
     cpu0 = sum(h["cpu_s"] for h in ray.get([h.stats.remote() for h in hosts]))
+    before = cpu_seconds(processes)
     t0 = time.perf_counter()
     for _ in range(rounds):
         body = {"steps": [{"session_id": s["session_id"], "command": policy(s["admissible_commands"], rng, False)}
@@ -222,13 +223,14 @@ def service_batches(http, url: str, headers: dict, policy: Scripted, n_games: in
         sessions = [{**s, **a} for s, a in zip(sessions, r.json()["results"])]
         assert all(s["status"] == 200 for s in sessions), sessions
     wall = time.perf_counter() - t0
+    cpu_ms = cpu_ms_per_step(processes, before, rounds * size)
     stats = ray.get([h.stats.remote() for h in hosts])
     host_cpu_s = sum(h["cpu_s"] for h in stats) - cpu0
     for s in sessions:
         http.post(url + "/close", json={"session_id": s["session_id"]}, headers=headers)
     return {"sessions": size, **summary(lat, rounds * size, wall, per=size),
             "steps_per_host_cpu_s": round(rounds * size / host_cpu_s, 1),
-            "host_peak_rss_mb": [h["peak_rss_mb"] for h in stats]}
+            "host_peak_rss_mb": [h["peak_rss_mb"] for h in stats], "cpu_ms_per_step": cpu_ms}
 
 
 def round_in_process(environment, policy: Scripted, episodes: int, horizon: int) -> dict:
@@ -316,13 +318,9 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
         out["host_alone"] = host_alone(hosts[0], token, own["session_id"], policy, own["admissible_commands"], a.steps)
         for r in opened.json()["results"]:
             http.post(url + "/close", json={"session_id": r["session_id"]}, headers=headers)
-        out["service_batches"] = []
-        for size in a.batches:
-            before = cpu_seconds(processes)
-            out["service_batches"].append(service_batches(http, url, headers, policy, n_games, size,
-                                                          max(3, 2 * a.steps // size), hosts))
-            out["service_batches"][-1]["cpu_ms_per_step"] = cpu_ms_per_step(processes, before,
-                                                                            out["service_batches"][-1]["steps"])
+        out["service_batches"] = [service_batches(http, url, headers, policy, n_games, size,
+                                                  max(3, 2 * a.steps // size), hosts, processes)
+                                  for size in a.batches]
         stepped = out["service_one_session"]["steps"] + sum(b["steps"] for b in out["service_batches"])
         out["registry_gets_per_1000_steps"] = round(
             1000 * (ray.get(registry.lookup_counts.remote())["get"] - looked_up) / stepped, 2)
