@@ -33,10 +33,11 @@ a pool of hosts starts once and creates a session in one engine reset (~0.5-0.8 
 Settings: the task's ``rollout:`` block (contracts.task_spec.RolloutSettings; defaults in conf/task_defaults.yaml):
 ``num_hosts`` null starts one host per CPU of the cluster (host_count).
 
-Where a step's time goes (benchmarks/bench_rollouts.py, 2 loaded cores): one session, one request a step, costs
-~10-12 ms over the environment's own step: Serve alone (HTTP, proxy, router replica; GET /env/health) ~4-6 ms, the
-host's actor call ~1 ms, the rest the router's second hop and scheduling three processes on a busy machine. A
-batch pays that once for all its sessions: ~0.3-0.5 ms a step with 64 sessions.
+Where a step's time goes (benchmarks/bench_rollouts.py, 2 cores shared with other work): one session, one request a
+step, costs ~11-13 ms p50 over the environment's own step, and in CPU: Serve's HTTP proxy ~5 ms, this router ~5 ms (a
+trivial FastAPI endpoint on Serve costs ~4.5 ms in its replica: the router's own code is under 1 ms), the host ~2.5 ms
+(a Ray actor call's handling), the client ~1 ms. Serve's floor alone is above 5 ms here; a batch pays it once for all
+its sessions (~0.5 ms a step with 64 sessions).
 """
 # (no `from __future__ import annotations`: FastAPI must see the real Request type through Serve's ingress)
 
