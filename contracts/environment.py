@@ -85,6 +85,12 @@ class Environment(ABC):
     def open(self, instance: Instance) -> Episode:
         """A new episode on the instance (not yet reset)."""
 
+    def step_many(self, episodes: Sequence[Episode], actions: Sequence[str]) -> list[Step]:
+        """One action for each of several distinct episodes, as a rollout host steps its part of a batch: the
+        default takes them in turn; an environment that does better together (one search call for all queries)
+        overrides it, with the same answers as `step` one by one."""
+        return [episode.step(action) for episode, action in zip(episodes, actions)]
+
     def render(self, goal: str, step: Step, history: Sequence[str], observations: Sequence[str] = (),
                info: dict | None = None) -> Prompt:
         """The prompt a model answers at this step (a chat, or raw text under a protocol that decodes raw text);

@@ -48,7 +48,7 @@ class GraderSettings:
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    num_hosts: int
+    num_hosts: int | None           # host actors (null: one per CPU of the cluster, at most max_sessions_per_run)
     num_replicas: int
     max_sessions_per_run: int
     idle_timeout_s: float
@@ -81,7 +81,7 @@ _RULES: dict[str, tuple[type, float | None]] = {
     "known_closer_ratio": (float, 0),
     "max_files": (int, 1), "max_total_mb": (float, 0), "max_s": (float, 0),
 }
-_NULLABLE = {"threads", "max_model_len", "kv_cache_gb", "memory_gb"}
+_NULLABLE = {"threads", "max_model_len", "kv_cache_gb", "memory_gb", "num_hosts"}
 
 
 @cache
@@ -214,10 +214,14 @@ class TaskSpec:
         if not isinstance(protocol, str) or not protocol:
             raise ConfigError(f"{where}: protocol={protocol!r} must be a protocol's name (e.g. paper or a2rl)")
         reference, source = reference_of(config, where)
+        rollout = _settings(RolloutSettings, "rollout", config.get("rollout"), where)
+        if rollout.num_hosts is None and rollout.host_cpus:
+            raise ConfigError(f"{where}: rollout.num_hosts is null (one host per CPU of the cluster) while "
+                              f"host_cpus={rollout.host_cpus:g} reserves CPUs for each host: set num_hosts")
         return cls(name=name, cls=config["cls"], base_model=config["base_model"], level=int(level),
                    description=description, protocol=protocol, reference_score=reference, reference_source=source,
                    grader=_settings(GraderSettings, "grader", config.get("grader"), where),
-                   rollout=_settings(RolloutSettings, "rollout", config.get("rollout"), where),
+                   rollout=rollout,
                    contamination=_settings(ContaminationSettings, "contamination", config.get("contamination"),
                                            where),
                    known_models=_known_models(config.get("known_models", defaults()["known_models"]), where),

@@ -106,6 +106,8 @@ def test_a_config_that_extends_itself_is_refused(tmp_path, monkeypatch):
     (["task=arithmetic", "+task.grader.colour=red"], "task arithmetic: grader: unknown key(s) ['colour']"),
     (["task=arithmetic", "task.grader.batch_size=0"], "task arithmetic: grader.batch_size=0 must be an integer >= 1"),
     (["task=arithmetic", "+task.rollout.num_hosts=1.5"], "task arithmetic: rollout.num_hosts=1.5 must be an integer"),
+    (["task=webshop", "task.rollout.num_hosts=null", "+task.rollout.host_cpus=1"],
+     "task webshop: rollout.num_hosts is null (one host per CPU of the cluster) while host_cpus=1 reserves CPUs"),
     (["task=arithmetic", "task.cls=nope"], "unknown task 'nope'; known: alfworld"),
     (["sweep.agents=[sft]", "+agent.kind=robot"], "agent.kind='robot' must be one of 'builtin', 'cli', 'command'"),
 ])

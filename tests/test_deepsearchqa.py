@@ -104,6 +104,35 @@ def test_search_ranks_the_fact_first_and_is_stable(task):
     assert backend.search("zzqx the of", 3) == []  # no query word in any document: no results
 
 
+def test_a_batch_of_steps_answers_as_the_steps_one_by_one(task):
+    """step_many (a rollout host's part of a batch: one search call for all queries) answers each episode exactly as
+    its own step would: searches, a query matching nothing, invalid actions, answers, a finished episode, the limit."""
+    env = task.environment()
+    instances = env.instances("train")[:4]
+    queries = [hop.query for inst in instances for hop in env.question(inst).hops]
+    answer = env.question(instances[1]).answer
+    rounds = [[f"search[{queries[0]}]", f"search[{queries[1]}]", "search[zzqx the of]", "dance"],
+              [f"search[{queries[2]}]", f"answer[{answer}]", "answer[nobody]", f"search[{queries[3]}]"],
+              [f"search[{queries[0]}]", "look", f"search[{queries[1]}]", "search[]"]]
+
+    def episodes():
+        out = [env.open(inst) for inst in instances]
+        for e in out:
+            e.reset()
+        out[3].max_steps = 2  # runs out of actions in the second round
+        return out
+
+    alone, together = episodes(), episodes()
+    answered = []
+    for actions in rounds:
+        expected = [e.step(a) for e, a in zip(alone, actions)]
+        answered.append(env.step_many(together, actions))
+        assert answered[-1] == expected
+        assert [e.steps for e in together] == [e.steps for e in alone]
+    assert answered[1][1].won and not answered[1][2].won and answered[0][2].observation.startswith("No results")
+    assert answered[2][1].observation == "The episode is over." and answered[1][3].done  # answered; out of steps
+
+
 def test_bad_actions_are_answered_in_game(task):
     env = task.environment()
     inst = env.instances("train")[0]

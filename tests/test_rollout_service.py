@@ -244,6 +244,22 @@ def test_concurrent_sessions_across_replicas(service):
     assert all(h["opened"] > 0 for h in stats)
 
 
+def test_hosts_are_sized_to_the_cluster(ray_cluster):
+    """rollout.num_hosts null: one host per CPU Ray sees, never more than a run's sessions."""
+    import ray
+
+    from contracts.task_spec import TaskSpec
+    from envs.rollout_service import host_count
+
+    def rollout(**given):
+        return TaskSpec.from_config({**SMALL_TASK, "rollout": {**SMALL_TASK["rollout"], **given}}).rollout
+
+    cpus = int(ray.cluster_resources()["CPU"])
+    assert host_count(rollout(num_hosts=None, max_sessions_per_run=cpus + 8)) == cpus
+    assert host_count(rollout(num_hosts=None, max_sessions_per_run=1)) == 1
+    assert host_count(rollout(num_hosts=cpus + 3)) == cpus + 3
+
+
 # -- batches, and what the routers know without asking the registry ---------------------------------------------------
 
 def batch(client: Client, path: str, key: str, entries: list, token: str | None = None) -> list[dict]:
