@@ -22,7 +22,7 @@ SMALL_TASK = {
     "task_types": ["pick", "clean", "look"], "max_steps": 50, "expert": "ordered", "expert_episodes": 2,
     "expert_noise": 0.3, "max_receptacles_per_type": None, "max_receptacles": None, "eval_salt": None,
     "data_path": None, "build_workers": 1, "eval_workers": 0,
-    "rollout": {"num_hosts": 2, "num_replicas": 2, "max_sessions_per_run": 3, "idle_timeout_s": 30},
+    "rollout": {"num_hosts": 2, "num_replicas": 2, "max_sessions_per_run": 3, "idle_timeout_s": 120},
     "grader": {"backend": "transformers", "batch_size": 8, "max_new_tokens": 12, "num_cpus": 1, "num_gpus": 0},
 }
 
@@ -205,14 +205,14 @@ def test_session_limit_close_and_close_run(service):
     assert r.status_code == 401 and r.json()["code"] == "invalid_token"
 
 
-# ~40 s waiting for the reaper's timeout to pass
+# ~2 min waiting for the reaper's timeout to pass
 @pytest.mark.slow
 def test_idle_sessions_are_reclaimed(service):
     client = Client(service)
     sids = [client.reset(game=i)["session_id"] for i in range(3)]
-    # idle_timeout_s=30 (10 expired sessions of the concurrency test whose steps waited on a loaded machine);
-    # hosts look every 5 s
-    time.sleep(30 + 6)
+    # idle_timeout_s=120: at 30, sessions of the concurrency test expired while their steps waited on a loaded
+    # machine; hosts look every 5 s
+    time.sleep(120 + 6)
     r = client.post("/step", {"session_id": sids[0], "command": "look"})
     assert r.status_code == 404 and r.json()["code"] == "unknown_session"
     assert client.get("/sessions").json()["sessions"] == []
