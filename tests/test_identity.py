@@ -137,7 +137,7 @@ def test_a_sweep_flags_the_submitted_sibling_and_the_lost_skill_not_the_trained_
         "sweep=smoke", "sweep.seeds=[0,1]", "agent=command", f"agent.files=[{files}]",
         "agent.command=python code/agent.py", "task=gsm_symbolic", "task.train_size=50", "task.eval_size=10",
         "task.final_size=10", "task.grader.max_new_tokens=8", f"task.base_model={base}",
-        f"+task.known_models=['{sibling}']", "+task.retention={task: arithmetic, max_drop: 3}",
+        f"+task.known_models=['{sibling}']", "+task.retention={task: arithmetic, max_drop: 1}",
         "sweep.budget.wall_time_s=300", "sandbox.kill_grace_s=1"])
     ledger = Ledger(out / "ledger.sqlite")
     cells = {r["seed"]: r for r in ledger.cells().values()}
@@ -156,9 +156,11 @@ def test_a_sweep_flags_the_submitted_sibling_and_the_lost_skill_not_the_trained_
     events = {e["cell_id"]: e["payload"]["flags"] for e in ledger.events(kind="submission")}
     assert "known_checkpoint" in events[cells[0]["cell_id"]] and "known_checkpoint" not in events[cells[1]["cell_id"]]
     # its final model lost the arithmetic the base had; the model trained from the base kept it
-    assert finals[0]["retention"]["task"] == "arithmetic" and finals[0]["retention"]["baseline_score"] > 3
-    assert "retention_drop" in finals[0]["flags"] and finals[0]["retention"]["drop"] > 3
-    assert "retention_drop" not in finals[1]["flags"] and finals[1]["retention"]["drop"] <= 3, finals[1]
+    # (the base answers 0 and the sibling 100: the drop is the share of arithmetic's hidden items whose answer is 0,
+    # 3.0 to 9.5 points on the secrets seen; the trained model scored exactly the base's score on each)
+    assert finals[0]["retention"]["task"] == "arithmetic" and finals[0]["retention"]["baseline_score"] > 1
+    assert "retention_drop" in finals[0]["flags"] and finals[0]["retention"]["drop"] > 1
+    assert "retention_drop" not in finals[1]["flags"] and finals[1]["retention"]["drop"] <= 1, finals[1]
 
     # the cell report and the sweep's table
     flagged = cell_report(cells[0], ledger.events(cells[0]["cell_id"]), out / "cells" / cells[0]["cell_id"])
