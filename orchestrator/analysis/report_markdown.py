@@ -1,0 +1,234 @@
+"""The sweep report's report.md: its tables and sections, rendered from what report.compute_tables returns."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from orchestrator.analysis import run_report, run_summary, tables
+from orchestrator.analysis.markdown import MISSING, fmt, md_table
+
+GROUP = tables.GROUP
+# the columns of the summaries table (report._summaries_table makes it; an empty one when none was asked)
+SUMMARY_COLUMNS = ["cell_id", "status", "driver", "model", "input_tokens", "output_tokens", "cached_tokens",
+                   "cost_usd", "error", "summary_input_tokens", "summary_output_tokens", "summary_cost_usd",
+                   "recorded_input_tokens", "recorded_output_tokens", "recorded_cost_usd", "recorded_calls"]
+
+
+def _ci(lo, hi) -> str:
+    return MISSING if pd.isna(lo) else f"[{lo:+.3f}, {hi:+.3f}]"
+
+
+def _wide_per_k(frame: pd.DataFrame, value: str) -> tuple[list[str], list[list]]:
+    ks = sorted(frame["k"].unique())
+    rows = []
+    for key, g in frame.groupby(GROUP, sort=True):
+        by_k = dict(zip(g["k"], g[value]))
+        rows.append(list(key) + [int(g["n"].iloc[0])] + [fmt(by_k.get(k)) for k in ks])
+    return GROUP + ["n"] + [f"k={k}" for k in ks], rows
+
+
+def _contamination_section(cells: pd.DataFrame) -> list[str]:
+    """Flagged cells (hidden eval items in what the agent wrote) per group, and the results with and without them."""
+    done = cells[cells["status"].isin(tables.FINISHED_STATUSES)]
+    checked = done[done["contaminated"].notna()]
+    lines = ["## Contamination", ""]
+    if not len(checked):
+        return lines + ["No finished cell was checked.", ""]
+    flagged = checked[checked["contaminated"] == 1]
+    if not len(flagged):
+        return lines + [f"No cell flagged: no hidden eval item was found in what any of the {len(checked)} checked "
+                        "runs wrote (n-gram overlap; the task's `contamination` settings).", ""]
+    rows = []
+    for key, g in checked.groupby(GROUP, sort=True):
+        clean = g[g["contaminated"] != 1]
+        rows.append(list(key) + [len(g), int((g["contaminated"] == 1).sum()),
+                                 fmt(g["final_improvement"].mean(), signed=True),
+                                 fmt(clean["final_improvement"].mean(), signed=True),
+                                 fmt(g["improvement"].fillna(0.0).mean(), signed=True),
+                                 fmt(clean["improvement"].fillna(0.0).mean(), signed=True)])
+    return lines + [md_table(GROUP + ["runs", "flagged", "held-out", "held-out (unflagged)", "best feedback",
+                                      "best feedback (unflagged)"], rows), "",
+                    f"{len(flagged)} of {len(checked)} runs flagged: hidden eval items were found in what they wrote "
+                    "(each cell's outcome names the file, item and overlap).", ""]
+
+
+def _summaries_section(cells: pd.DataFrame, table: pd.DataFrame, texts: dict[str, dict],
+                       summarizer: run_summary.Summarizer | None) -> list[str]:
+    """Each cell's LLM-written run summary where there is one, what this report spent on them, and the failures."""
+    if not len(table):
+        return []
+    lines = ["## Run summaries (LLM-written)", ""]
+    by_status = table["status"].value_counts()
+    if summarizer is not None:
+        d = summarizer.driver
+        lines.append(f"Written by {d['name']} ({d.get('model')}) from each finished cell's run report, the code diffs "
+                     "between its submissions and the agent's trace. The run reports are the source of truth; a "
+                     "summary is a reading of them. This report asked for "
+                     f"{int(by_status.get('new', 0) + by_status.get('failed', 0))}: "
+                     f"{int(table['input_tokens'].sum())} input and {int(table['output_tokens'].sum())} output tokens, "
+                     f"${table['cost_usd'].sum():.4f} (analysis usage, never an agent's); "
+                     f"{int(by_status.get('cached', 0))} came from the cache; {int(by_status.get('failed', 0))} "
+                     "failed.")
+    else:
+        lines.append("Written by a driver in an earlier report (`analysis.summarize=...`; this one asked none). The "
+                     "run reports are the source of truth; a summary is a reading of them.")
+    lines += [f"Recorded analysis usage for these cells in all: {int(table['recorded_calls'].sum())} calls, "
+              f"{int(table['recorded_input_tokens'].sum())} input and {int(table['recorded_output_tokens'].sum())} "
+              f"output tokens, ${table['recorded_cost_usd'].sum():.4f} (cells/<id>/analysis_calls.jsonl).", ""]
+    labels = cells.set_index("cell_id")
+    for r in table.itertuples(index=False):
+        c = labels.loc[r.cell_id]
+        lines += [f"### {c.task} / {c.agent} / {c.driver}, seed {c.seed}: cell {r.cell_id}", ""]
+        if r.status == "failed":
+            lines += [f"**No new summary: the driver failed** ({r.error}). The run report "
+                      f"([report.md](../cells/{r.cell_id}/report.md)) is complete without it.", ""]
+        kept = texts.get(r.cell_id)
+        if kept is not None:
+            lines += [f"[summary.md](../cells/{r.cell_id}/summary.md), by {kept['driver']} ({kept['model']}), "
+                      f"{kept['input_tokens']} input and {kept['output_tokens']} output tokens, "
+                      f"${kept['cost_usd']:.4f}" + (" (earlier than this failure)" if r.status == "failed" else "")
+                      + ":", ""]
+            lines += ["> " + line if line else ">" for line in kept["text"].splitlines()] + [""]
+    return lines
+
+
+def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure_paths: list[Path],
+                    success_threshold: float, summaries: dict[str, dict] | None = None,
+                    summarizer: run_summary.Summarizer | None = None) -> str:
+    """summaries: each cell's run summary (summary.json) where one exists."""
+    summaries = summaries or {}
+    t, p = out["tables"], out["progress"]
+    sweeps = ", ".join(sorted(set(cells["sweep"].dropna().astype(str)))) or MISSING
+    by_status = ", ".join(f"{n} {s}" for s, n in p["by_status"].items() if n)
+    lines = [f"# a2rl report: {sweeps}", ""]
+    if filters:
+        lines.append("Filters: " + ", ".join(f"{k}={v}" for k, v in filters.items() if v is not None) + ".")
+    lines += [
+        f"**{p['finished']} of {p['total']} cells finished; {p['missing']} missing** (pending or running). "
+        f"By status: {by_status or 'none'}." + (" The tables cover finished cells only." if p["missing"] else ""),
+        "",
+        "A cell's result is the improvement of its best valid submission over the baseline; a cell without a valid "
+        "submission counts 0 (the base model stands). Only a cell's final attempt counts. Infra errors are the "
+        "system's fault: results are given counting them as failures (0) and excluding them.",
+        "",
+        "## Held-out final score (per task x agent x driver x training mode, over seeds)",
+        "",
+    ]
+    held = t["held_out"]
+    if len(held):
+        rows = [list(r[:len(GROUP)]) + [r.n, fmt(r.mean, signed=True), fmt(r.se), _ci(r.ci_lo, r.ci_hi),
+                                        fmt(r.feedback_mean, signed=True), fmt(r.mean_gap, signed=True),
+                                        fmt(r.se_gap), _ci(r.ci_lo_gap, r.ci_hi_gap)]
+                for r in held.itertuples(index=False)]
+        lines += [md_table(GROUP + ["runs", "held-out", "SE", "95% CI", "best feedback", "optimism gap", "gap SE",
+                                    "gap 95% CI"], rows), "",
+                  "Each run's final submission (the one it marked final, else its best) scored once, when the run "
+                  "ended, on a held-out split it never got a score from: its improvement over the base model on that "
+                  "split. The optimism gap is the best feedback improvement (what the original benchmark reports) "
+                  "minus the held-out one, per run. Runs of tasks without a final split are not in this table.", ""]
+    else:
+        lines += ["No finished cell has a held-out score (its task has no final split, or none finished).", ""]
+    lines += _contamination_section(cells)
+    judged = cells[cells["judge_agreement"].notna()] if "judge_agreement" in cells else cells.iloc[:0]
+    if len(judged):
+        lines += ["## LLM judges", "",
+                  "Scores of these tasks are not deterministic: their LLM judge, asked at temperature 0 through a "
+                  "provider, need not give the same verdict twice (its verdicts are cached, so one sweep's are "
+                  "stable). Its repeat agreement, measured on a sample of the baseline's judge prompts asked twice: "
+                  + ", ".join(f"{task} {100 * a:.0f}%" for task, a in judged.groupby("task")["judge_agreement"]
+                              .first().items()) + ".", ""]
+    lines += ["## Improvement over baseline: the best feedback score (per task x agent x driver x training mode, "
+              "over seeds)", ""]
+    imp = t["improvement"]
+    if len(imp):
+        fail = imp[imp["infra_errors"] == "failure"].set_index(GROUP)
+        excl = imp[imp["infra_errors"] == "exclude"].set_index(GROUP)
+        rows = []
+        for key, f in fail.iterrows():
+            e = excl.loc[key]
+            rows.append(list(key) + [f["n"], int(f["n_infra_errors"]), fmt(f["mean"], signed=True), fmt(f["se"]),
+                                     _ci(f["ci_lo"], f["ci_hi"]), e["n"], fmt(e["mean"], signed=True), fmt(e["se"]),
+                                     _ci(e["ci_lo"], e["ci_hi"]), e["note"] or f["note"]])
+        lines.append(md_table(GROUP + ["runs", "infra errors", "mean", "SE", "95% CI", "runs (excl.)",
+                                       "mean (excl.)", "SE (excl.)", "95% CI (excl.)", "note"], rows))
+        lines += ["", "Means with SE (ddof=1) and percentile bootstrap CI over seeds; \"excl.\" drops infra errors.",
+                  ""]
+    else:
+        lines += ["No finished cells yet.", ""]
+
+    lines += ["## Pooled across tasks (SE clustered by task)", ""]
+    pooled = t["pooled"]
+    if len(pooled):
+        rows = [[r.agent, r.driver, r.infra_errors, r.n_clusters, r.n, fmt(r.mean, signed=True),
+                 fmt(r.clustered_se), r.note] for r in pooled.itertuples()]
+        lines += [md_table(["agent", "driver", "infra errors", "tasks", "runs", "mean", "clustered SE", "note"],
+                           rows), ""]
+    else:
+        lines += ["No finished cells yet.", ""]
+
+    for title, name, value, extra in (
+            ("Expected best of k runs", "best_of_k", "expected_best",
+             "Unbiased: the average over all k-subsets of runs of their best result."),
+            (f"pass@k (success: improvement > {success_threshold:g})", "pass_at_k", "pass_at_k",
+             "Chen et al.'s unbiased estimator over the group's runs.")):
+        lines += [f"## {title}", ""]
+        frame = t[name]
+        frame = frame[frame["infra_errors"] == "exclude"]
+        if len(frame):
+            header, rows = _wide_per_k(frame, value)
+            lines += [md_table(header, rows), "",
+                      f"{extra} Infra errors excluded (both policies are in {name}.parquet). "
+                      f"{MISSING}: the group has fewer than k runs, so no estimate.", ""]
+        else:
+            lines += ["No finished cells yet.", ""]
+
+    if "reprompting" in t:
+        lines += ["## Re-prompting", "",
+                  "Cells whose budget re-prompts an agent that stops early (budget.max_reprompts), split by how often "
+                  "it was started again. \"first stop\": the improvement it had when it first stopped by itself, what "
+                  "a run without re-prompting would have scored; \"final\": with the re-prompts. Infra errors "
+                  "excluded.", ""]
+        rows = [list(r[:len(GROUP)]) + [r.reprompts, r.n, fmt(r.mean_first_stop, signed=True),
+                                        fmt(r.mean_final, signed=True), fmt(r.mean_gain, signed=True)]
+                for r in t["reprompting"].itertuples(index=False)]
+        lines += [md_table(GROUP + ["re-prompts", "runs", "mean at first stop", "mean final", "mean gain"], rows)
+                  if rows else "No finished cells yet.", ""]
+
+    lines += ["## Outcomes", ""]
+    fc = t["failure_classes"]
+    if len(fc):
+        wide = fc.pivot_table(index=["agent", "driver"], columns="outcome_class", values="n", fill_value=0)
+        classes = [c for c in ["improved", *run_report.FAILURE_CLASSES] if c in wide.columns]
+        rows = [list(key) + [int(wide.loc[key, c]) for c in classes] for key in wide.index]
+        lines += [md_table(["agent", "driver"] + classes, rows), ""]
+        lines += [f"- {c}: {run_report.FAILURE_CLASSES[c]}" for c in classes if c != "improved"] + [""]
+    else:
+        lines += ["No finished cells yet.", ""]
+
+    checked = cells[cells["mode_violation"].notna()] if "mode_violation" in cells else cells.iloc[:0]
+    if len(checked):
+        lines += ["## Training-mode compliance", "",
+                  "Each cell's code snapshots checked against its mode's rules (conf/mode): a forbidden pattern in "
+                  "any snapshot, or a required one missing from the best submission's, breaks the mode.", ""]
+        rows = [[f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task, r.agent, r.driver, r.mode, r.seed,
+                 "kept" if not r.mode_violation else f"**broken**: {r.mode_violation}"] for r in checked.itertuples()]
+        lines += [md_table(["cell", "task", "agent", "driver", "mode", "seed", "rules"], rows), ""]
+
+    lines += ["## Cells", ""]
+    rows = [[r.cell_id if r.status == "pending" else f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task,
+             r.agent, r.driver, r.seed, r.status, fmt(r.improvement, signed=True), r.n_submissions, r.outcome_class]
+            + ([f"[summary](../cells/{r.cell_id}/summary.md)" if r.cell_id in summaries else ""] if summaries else [])
+            for r in cells.itertuples()]
+    lines += [md_table(["cell", "task", "agent", "driver", "seed", "status", "improvement", "submissions",
+                        "outcome"] + (["LLM summary"] if summaries else []), rows), ""]
+    lines += _summaries_section(cells, t.get("summaries", pd.DataFrame(columns=SUMMARY_COLUMNS)), summaries,
+                                summarizer)
+
+    if figure_paths:
+        lines += ["## Figures", ""] + [f"![{path.stem}]({path.name})" for path in figure_paths] + [""]
+        if "tokens" not in out["curves"] or not len(out["curves"]["tokens"]):
+            lines += ["No driver is metered in these cells, so there is no curve over tokens.", ""]
+    lines += ["Exports: cells.parquet, events.parquet and one Parquet file per table, for pandas and "
+              "notebooks/analysis.ipynb.", ""]
+    return "\n".join(lines)
