@@ -184,7 +184,7 @@ def test_paper_grid_dry_run_says_what_is_missing_and_starts_nothing(tmp_path):
 
 
 def test_folders_that_cannot_be_written_are_one_line_naming_the_key(tmp_path):
-    from orchestrator.runner import check_writable
+    from orchestrator.preflight import check_writable
 
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
