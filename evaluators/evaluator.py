@@ -1,0 +1,229 @@
+"""The Evaluator deployment of the grading service (evaluators/service.py): the replicas that hold the models.
+
+Each replica loads the task's base model and hidden splits once, then loads and scores submissions on them (its
+task's CPUs/GPUs). It keeps no run state, so an evaluation lost with its process is asked again of another replica.
+"""
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+
+from ray import serve
+
+from contracts.records import write_json_durably
+from contracts.refusals import Refusal
+from contracts.task_spec import TaskSpec
+from evaluators.contamination import HiddenItems, relative_distance
+from evaluators.judging.client import JudgeUnavailable
+from evaluators.score_cache import ScoreCache, score_key, split_key
+
+log = logging.getLogger("a2rl.grader")
+JUDGE_CALLS = "judge_calls.jsonl"  # in the cell's records folder: every call of its evaluations' judge
+JUDGE_AGREEMENT_SAMPLE = 20  # the baseline's first judge prompts asked twice: the judge's repeat agreement
+JUDGE_USAGE = ("calls", "input_tokens", "output_tokens", "cached_tokens", "total_tokens", "cost_usd")
+
+
+# Everything the deployment class uses is defined above it: Serve pickles a class when it is decorated.
+
+@serve.deployment(health_check_period_s=10)
+class Evaluator:
+    """Holds the models: loads a submission and scores it on the hidden eval split. It keeps no run state, so an
+    evaluation lost with its process is simply asked again of another replica (or of this one, restarted)."""
+
+    def __init__(self, task_cls: type, spec: TaskSpec, cache_dir: str, driver_url: str | None = None,
+                 scope: str = ""):
+        import torch
+
+        from contracts.task import build_task
+        from evaluators.backends import make_backend
+        from evaluators.base_models import resolve_base_model
+        from evaluators.model_size import bound_memory, default_bound
+
+        # Whatever a submission makes it allocate, this process fails the allocation before the node runs out
+        memory = spec.grader.memory_gb
+        self.memory_bound = bound_memory(int(memory * 1e9) if memory else default_bound())
+        torch.set_num_threads(max(1, int(spec.grader.num_cpus)))
+        self.spec = spec
+        self.task = build_task(spec, cache_dir, task_cls)
+        # the feedback split (what /submit answers with) and the held-out final split (scored once per run)
+        self.rows = {"eval": self.task.eval_rows(), "final": self.task.final_rows()}
+        self.backend = make_backend(spec.grader)
+        root = Path(cache_dir) / "grading" / spec.name / split_key(spec.config)
+        self.scores = {"eval": ScoreCache(root), "final": ScoreCache(root / "final")}
+        self.base_dir = resolve_base_model(spec.base_model, Path(cache_dir) / "models")
+        # An LLM judge is asked through the driver proxy, on a metered key per evaluation (judge usage)
+        self.judge_driver, self.driver_url, self.scope = self.task.judge_driver(), driver_url, scope
+        if self.judge_driver and not driver_url:
+            raise ValueError(f"task {spec.name} has an LLM judge but no driver proxy was given to its grader")
+        self.judge_calls = Path(cache_dir) / "grading" / spec.name / "judge-calls-baseline.jsonl"
+        self.agreement_file = root / "judge-agreement.json"  # measured with the baseline, kept with its score
+        self.judge_agreement = json.loads(self.agreement_file.read_text()) if self.agreement_file.exists() else None
+        self.baseline_lock = asyncio.Lock()
+        self.baseline: dict[str, float | None] = {"eval": None, "final": None}
+        # what the grader looks for in what agents write: the hidden items of both splits
+        self.hidden = HiddenItems(self.task.hidden_texts(self.rows["eval"] + self.rows["final"]), spec.contamination)
+        self.near_copy_tol = spec.contamination.near_copy_tol
+        base = self.backend.load(self.base_dir)
+        try:
+            self.base_digest = self.backend.weights_digest(base)
+            self.base_weights = self.backend.weights(base)  # kept (on the CPU) to tell a near copy of them
+            if not self.judge_driver:  # with a judge the proxy must answer: scored on the first run's registration
+                for split in self._splits():
+                    self.baseline[split] = self._score(base, self._base_key(), split=split)["score"]  # cached
+        finally:
+            self.backend.unload(base)
+        log.info("grader %s ready: baseline %s on %d eval items", spec.name, self.baseline, len(self.rows["eval"]))
+
+    def _splits(self) -> list[str]:
+        return [split for split in ("eval", "final") if self.rows[split]]
+
+    def _base_key(self) -> str:
+        return score_key(self.base_dir, self.base_digest)
+
+    def __del__(self):
+        # Serve calls this when the replica stops: a resident engine's process (and its GPU memory) goes with it
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+
+    def info(self) -> dict:
+        """The base model's scores (None while a judged task's are not scored yet), its digest, the split sizes."""
+        return {"baseline_score": self.baseline["eval"], "final_baseline_score": self.baseline["final"],
+                "base_digest": self.base_digest, "n_eval": len(self.rows["eval"]), "n_final": len(self.rows["final"]),
+                "judge_agreement": self.judge_agreement, "memory_bound": self.memory_bound}
+
+    async def scored_baseline(self) -> dict:
+        await self.ensure_baseline()
+        return self.info()
+
+    async def evaluate(self, model_dir: str, cell_id: str, records_dir: str, split: str = "eval",
+                       digest: str | None = None, workspace: str | None = None) -> dict:
+        """Score one submission on a split: {"refusal": Refusal} when it does not load, else its digest, score,
+        eval_s, metrics, flags, error, judge_usage and whether it is refunded (its judge was down). digest: the
+        weights it must have (a kept copy scored on the final split: anything else is an error, not a score).
+        workspace: also look for the hidden items in it (`contamination`: where they were found)."""
+        try:
+            loaded = await asyncio.to_thread(self._load, Path(model_dir))
+        except Refusal as e:
+            return {"refusal": e}
+        out: dict = {"score": None, "eval_s": 0.0, "metrics": None, "flags": [], "error": None, "digest": None,
+                     "judge_usage": None, "refunded": False}
+        # the scan runs beside the evaluation (pure Python beside torch): it adds little to the replica's time
+        scanning = None if workspace is None else asyncio.ensure_future(
+            asyncio.to_thread(self.hidden.survey, Path(workspace)))
+        try:
+            out["digest"] = await asyncio.to_thread(self.backend.weights_digest, loaded)
+            if digest is not None and out["digest"] != digest:
+                raise ValueError(f"its weights changed since they were scored (digest {out['digest'][:12]}, "
+                                 f"expected {digest[:12]})")
+            if out["digest"] == self.base_digest or await asyncio.to_thread(self._near_copy, loaded):
+                out["flags"].append("copy_of_base")
+            key = await asyncio.to_thread(score_key, Path(model_dir), out["digest"])
+            result, out["judge_usage"], _ = await self._judged(loaded, key, cell_id,
+                                                               Path(records_dir) / JUDGE_CALLS, split)
+            out.update(score=result["score"], eval_s=result["eval_s"], metrics=result.get("metrics"))
+            out["flags"] += result.get("flags", [])
+            if result["cached"]:
+                out["flags"].append("cached")
+            if scanning is not None:
+                survey = await scanning
+                if survey.matches:
+                    out["flags"].append("contamination")
+                    out["contamination"] = survey.matches
+                if survey.truncated:  # bounded work: what was not read is said, in the record
+                    out["contamination_scan"] = {"truncated": survey.truncated, "files": survey.files,
+                                                 "bytes": survey.bytes}
+        except JudgeUnavailable as e:  # the judge's outage, not the model's fault: no score, and no charge
+            log.warning("judge unavailable for %s: %s", cell_id, e)
+            out.update(error=f"judge unavailable: {e}", refunded=True)
+            out["flags"] += ["eval_failed", "judge_unavailable"]
+        except Exception as e:  # a failing evaluation is a result, not a crash of the deployment
+            log.exception("evaluation failed for %s", cell_id)
+            out.update(error=f"evaluation failed: {type(e).__name__}: {e}", digest=None)
+            out["flags"].append("eval_failed")
+        finally:
+            if scanning is not None and not scanning.done():
+                await asyncio.wait([scanning])  # (its error, if any, is the evaluation's already)
+            await asyncio.to_thread(self.backend.unload, loaded)
+        return out
+
+    def scan(self, workspace: str) -> list[dict]:
+        """Where the hidden items are in the workspace (evaluators.contamination)."""
+        return self.hidden.scan(Path(workspace))
+
+    def _near_copy(self, loaded) -> bool:
+        """Every weight within a tiny distance of the base model's: a copy of it, though not a byte-exact one."""
+        if self.base_weights is None:
+            return False
+        weights = self.backend.weights(loaded)
+        return weights is not None and relative_distance(weights, self.base_weights) <= self.near_copy_tol
+
+    def _load(self, model_dir: Path):
+        from evaluators.backends.base import ModelLoadError
+
+        try:
+            return self.backend.load(model_dir)
+        except ModelLoadError as e:
+            raise Refusal("not_a_model", f"could not load {model_dir.name} as a causal LM: {e}") from None
+
+    def _score(self, loaded, key: str, judge=None, split: str = "eval") -> dict:
+        """Score on a split from the cache, or evaluate and cache it. Greedy decoding makes a key's score a constant
+        (and a judge's verdicts too: temperature 0, cached per judgement)."""
+        cached = self.scores[split].get(key)
+        if cached is not None:
+            return {**cached, "cached": True, "eval_s": 0.0}
+        from evaluators.evaluate import evaluate_loaded
+
+        started = time.time()
+        result = evaluate_loaded(self.task, self.backend, loaded, self.rows[split], judge=judge)
+        entry = {"score": result["score"], "n": result["n"], "eval_s": time.time() - started}
+        if result.get("metrics"):
+            entry["metrics"] = result["metrics"]
+        if result.get("flags"):  # the task's own (e.g. gamed_tests, approximate): scored as the protocol says, told
+            entry["flags"] = list(result["flags"])
+        self.scores[split].put(key, entry, details=result["items"])
+        return {**entry, "cached": False}
+
+    async def ensure_baseline(self) -> None:
+        """A judged task's baseline, scored once (its judge's calls metered under the grader's own key)."""
+        async with self.baseline_lock:
+            if all(self.baseline[split] is not None for split in self._splits()):
+                return
+            loaded = await asyncio.to_thread(self.backend.load, self.base_dir)
+            try:
+                for split in self._splits():
+                    probe = JUDGE_AGREEMENT_SAMPLE if self.judge_agreement is None and split == "eval" else 0
+                    result, _, agreement = await self._judged(loaded, self._base_key(), f"grader:{self.spec.name}",
+                                                              self.judge_calls, split, probe)
+                    self.baseline[split] = result["score"]
+                    if agreement is not None and agreement["n"]:
+                        self.judge_agreement = agreement
+                        await asyncio.to_thread(write_json_durably, self.agreement_file, agreement)
+            finally:
+                await asyncio.to_thread(self.backend.unload, loaded)
+
+    async def _judged(self, loaded, key: str, who: str, calls_path: Path, split: str = "eval", probe: int = 0
+                      ) -> tuple[dict, dict | None, dict | None]:
+        """_score with the task's LLM judge opened on a key of its own; returns (result, the judge's usage, its
+        repeat agreement on its first `probe` prompts when probe > 0)."""
+        if not self.judge_driver:
+            return await asyncio.to_thread(self._score, loaded, key, None, split), None, None
+        if self.scores[split].get(key) is not None:  # a cached score asks no judge
+            result = await asyncio.to_thread(self._score, loaded, key, None, split)
+            return result, dict.fromkeys(JUDGE_USAGE, 0), None
+        from contracts.serving import DRIVER_PROXY_APP, scoped
+        from evaluators.judging.pairwise import LLMJudge
+
+        proxy = serve.get_app_handle(scoped(DRIVER_PROXY_APP, self.scope))
+        judge_key = await proxy.register_cell.remote(f"{who}:judge", self.judge_driver, None, str(calls_path))
+        judge = LLMJudge(self.judge_driver, self.driver_url, judge_key)
+        judge.sample, agreement = probe, None
+        try:
+            result = await asyncio.to_thread(self._score, loaded, key, judge, split)
+            if probe:
+                agreement = await asyncio.to_thread(judge.repeat_agreement)
+        finally:
+            judge.close()
+            usage = await proxy.close_cell.remote(judge_key, 5.0)
+        return result, {k: usage[k] for k in JUDGE_USAGE}, agreement
