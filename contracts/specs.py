@@ -133,6 +133,29 @@ class CellSpec:
         )
 
 
+@dataclass(frozen=True)
+class CellOptions:
+    """The sweep's settings every cell runs with (orchestrator.runner -> each Tune trial, orchestrator.cell)."""
+    sandboxed: bool                 # False: bubblewrap is missing and sandbox.required=false
+    kill_grace_s: float             # sandbox.kill_grace_s: SIGTERM to SIGKILL of an agent's process group
+    service_timeout_s: float        # grading.service_timeout_s: the most a call to a sweep's service may take
+    eval_timeout_s: float           # grading.eval_timeout_s: the most an evaluation may take
+    imports: list[str]              # the user's modules that register task classes and agent kinds
+    sandbox: dict                   # the sandbox config (orchestrator.sandbox.Settings.from_cfg reads it)
+    emulated: bool                  # GPUs are emulated (cluster.emulated_gpus): no CUDA check in the preflight
+    grading_url: str                # http://host:port/<scope>: a task's grader at /<task>
+    driver_url: str | None          # the driver proxy (None: no cell has a driver)
+    scope: str                      # what the sweep's services are named in
+    cli_path: list[str]             # where agent CLIs are looked up first
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CellOptions":
+        return cls(**d)
+
+
 # Grader settings that change how fast a score comes, not what it is.
 GRADER_RUNTIME_KEYS = {"num_cpus", "num_gpus", "num_replicas", "batch_size", "max_concurrent", "backend", "threads",
                        "infra_retries", "gpu_memory_utilization", "tensor_parallel_size", "max_model_len",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ray import serve
 
+from contracts.evaluation import Evaluation
 from contracts.records import write_json_durably
 from contracts.refusals import Refusal
 from contracts.task_spec import TaskSpec
@@ -98,50 +99,48 @@ class Evaluator:
         return self.info()
 
     async def evaluate(self, model_dir: str, cell_id: str, records_dir: str, split: str = "eval",
-                       digest: str | None = None, workspace: str | None = None) -> dict:
-        """Score one submission on a split: {"refusal": Refusal} when it does not load, else its digest, score,
-        eval_s, metrics, flags, error, judge_usage and whether it is refunded (its judge was down). digest: the
-        weights it must have (a kept copy scored on the final split: anything else is an error, not a score).
-        workspace: also look for the hidden items in it (`contamination`: where they were found)."""
+                       digest: str | None = None, workspace: str | None = None) -> Evaluation | Refusal:
+        """Score one submission on a split (a Refusal when it does not load). digest: the weights it must have (a
+        kept copy scored on the final split: anything else is an error, not a score). workspace: also look for the
+        hidden items in it (`contamination`: where they were found)."""
         try:
             loaded = await asyncio.to_thread(self._load, Path(model_dir))
         except Refusal as e:
-            return {"refusal": e}
-        out: dict = {"score": None, "eval_s": 0.0, "metrics": None, "flags": [], "error": None, "digest": None,
-                     "judge_usage": None, "refunded": False}
+            return e
+        out = Evaluation()
         # the scan runs beside the evaluation (pure Python beside torch): it adds little to the replica's time
         scanning = None if workspace is None else asyncio.ensure_future(
             asyncio.to_thread(self.hidden.survey, Path(workspace)))
         try:
-            out["digest"] = await asyncio.to_thread(self.backend.weights_digest, loaded)
-            if digest is not None and out["digest"] != digest:
-                raise ValueError(f"its weights changed since they were scored (digest {out['digest'][:12]}, "
+            out.digest = await asyncio.to_thread(self.backend.weights_digest, loaded)
+            if digest is not None and out.digest != digest:
+                raise ValueError(f"its weights changed since they were scored (digest {out.digest[:12]}, "
                                  f"expected {digest[:12]})")
-            if out["digest"] == self.base_digest or await asyncio.to_thread(self._near_copy, loaded):
-                out["flags"].append("copy_of_base")
-            key = await asyncio.to_thread(score_key, Path(model_dir), out["digest"])
-            result, out["judge_usage"], _ = await self._judged(loaded, key, cell_id,
-                                                               Path(records_dir) / JUDGE_CALLS, split)
-            out.update(score=result["score"], eval_s=result["eval_s"], metrics=result.get("metrics"))
-            out["flags"] += result.get("flags", [])
+            if out.digest == self.base_digest or await asyncio.to_thread(self._near_copy, loaded):
+                out.flags.append("copy_of_base")
+            key = await asyncio.to_thread(score_key, Path(model_dir), out.digest)
+            result, out.judge_usage, _ = await self._judged(loaded, key, cell_id, Path(records_dir) / JUDGE_CALLS,
+                                                            split)
+            out.score, out.eval_s, out.metrics = result["score"], result["eval_s"], result.get("metrics")
+            out.flags += result.get("flags", [])
             if result["cached"]:
-                out["flags"].append("cached")
+                out.flags.append("cached")
             if scanning is not None:
                 survey = await scanning
                 if survey.matches:
-                    out["flags"].append("contamination")
-                    out["contamination"] = survey.matches
+                    out.flags.append("contamination")
+                    out.contamination = survey.matches
                 if survey.truncated:  # bounded work: what was not read is said, in the record
-                    out["contamination_scan"] = {"truncated": survey.truncated, "files": survey.files,
-                                                 "bytes": survey.bytes}
+                    out.contamination_scan = {"truncated": survey.truncated, "files": survey.files,
+                                              "bytes": survey.bytes}
         except JudgeUnavailable as e:  # the judge's outage, not the model's fault: no score, and no charge
             log.warning("judge unavailable for %s: %s", cell_id, e)
-            out.update(error=f"judge unavailable: {e}", refunded=True)
-            out["flags"] += ["eval_failed", "judge_unavailable"]
+            out.error, out.refunded = f"judge unavailable: {e}", True
+            out.flags += ["eval_failed", "judge_unavailable"]
         except Exception as e:  # a failing evaluation is a result, not a crash of the deployment
             log.exception("evaluation failed for %s", cell_id)
-            out.update(error=f"evaluation failed: {type(e).__name__}: {e}", digest=None)
-            out["flags"].append("eval_failed")
+            out.error, out.digest = f"evaluation failed: {type(e).__name__}: {e}", None
+            out.flags.append("eval_failed")
         finally:
             if scanning is not None and not scanning.done():
                 await asyncio.wait([scanning])  # (its error, if any, is the evaluation's already)

@@ -5,12 +5,15 @@ the run's final submission once on the held-out split (final.json), and look for
 as the agent left it.
 """
 import asyncio
+import dataclasses
 import logging
 import shutil
 import time
 from pathlib import Path
 
+from contracts.evaluation import Evaluation
 from contracts.records import write_json_durably
+from contracts.refusals import Refusal
 
 log = logging.getLogger("a2rl.grader")
 FINAL = "final.json"                  # in the cell's records folder: the held-out score of its final submission
@@ -18,8 +21,7 @@ FINAL_CANDIDATES = "final-candidates"  # there too, while the run lasts: a copy 
 
 
 class RunClosing:
-    """The Grader's end-of-run work (a mixin: it uses the Grader's registry, evaluator, _evaluate, _lost and
-    _record)."""
+    """The Grader's end-of-run work (a mixin: it uses the Grader's registry, evaluator, _evaluate and _record)."""
 
     async def close_run(self, token: str, timeout_s: float = 1800) -> dict:
         """Refuse new submissions, wait at most timeout_s for those being evaluated, then give the rest up (each is
@@ -34,9 +36,9 @@ class RunClosing:
         """The hidden items in the workspace as the agent left it (None: the scan could not be made)."""
         run = await self.registry.peek.remote(token)
         try:
-            return await self.evaluator.scan.remote(run["workspace"])
+            return await self.evaluator.scan.remote(run.workspace)
         except Exception as e:  # noqa: BLE001 - the run's results stand; the missing scan is said in its outcome
-            log.warning("contamination scan of %s failed: %s", run["cell_id"], e)
+            log.warning("contamination scan of %s failed: %s", run.cell_id, e)
             return None
 
     async def _drain(self, token: str, timeout_s: float) -> int:
@@ -44,12 +46,13 @@ class RunClosing:
         deadline = time.monotonic() + timeout_s
         while inflight and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-            inflight = (await self.registry.peek.remote(token) or {}).get("inflight", 0)
+            run = await self.registry.peek.remote(token)
+            inflight = run.inflight if run is not None else 0
         abandoned = await self.registry.abandon.remote(token) if inflight else []
         run = await self.registry.peek.remote(token)
         for submission_id in abandoned:
-            log.warning("gave up evaluation %d of %s after %.0f s", submission_id, run["cell_id"], timeout_s)
-            self._record(run, submission_id, None, time.time(), None, self._lost(
+            log.warning("gave up evaluation %d of %s after %.0f s", submission_id, run.cell_id, timeout_s)
+            self._record(run, submission_id, None, time.time(), None, Evaluation.lost(
                 f"the evaluation was still running {timeout_s:.0f} s after the cell ended (grading.eval_timeout_s)"))
         return len(abandoned)
 
@@ -60,20 +63,20 @@ class RunClosing:
         run = await self.registry.peek.remote(token)
         if run is None or not base["n_final"]:
             return None
-        held = run.get("final")
+        held = run.final
         record = {"submission_id": None, "marked": False, "model_path": None, "feedback_score": None,
                   "feedback_baseline_score": base["baseline_score"], "score": base["final_baseline_score"],
                   "baseline_score": base["final_baseline_score"], "n": base["n_final"], "flags": ["no_submission"],
                   "error": None, "t": time.time()}
         if held is not None:
-            result = await self._evaluate(f"final evaluation of {run['cell_id']}", held["path"], run["cell_id"],
-                                          run["records_dir"], "final", held["digest"])
-            if "refusal" in result:
-                result = {**self._lost(str(result["refusal"])), "flags": ["eval_failed"]}
-            record.update(submission_id=held["submission_id"], marked=held["marked"], model_path=held["model_path"],
-                          feedback_score=held["score"], score=result["score"], error=result["error"],
-                          flags=[f for f in result["flags"] if f != "cached"], metrics=result.get("metrics"))
-            await asyncio.to_thread(shutil.rmtree, Path(run["records_dir"]) / FINAL_CANDIDATES, True)
+            result = await self._evaluate(f"final evaluation of {run.cell_id}", held.path, run.cell_id,
+                                          run.records_dir, "final", held.digest)
+            if isinstance(result, Refusal):
+                result = dataclasses.replace(Evaluation.lost(str(result)), flags=["eval_failed"])
+            record.update(submission_id=held.submission_id, marked=held.marked, model_path=held.model_path,
+                          feedback_score=held.score, score=result.score, error=result.error,
+                          flags=[f for f in result.flags if f != "cached"], metrics=result.metrics)
+            await asyncio.to_thread(shutil.rmtree, Path(run.records_dir) / FINAL_CANDIDATES, True)
         record["improvement"] = None if record["score"] is None else record["score"] - record["baseline_score"]
-        await asyncio.to_thread(write_json_durably, Path(run["records_dir"]) / FINAL, record)
+        await asyncio.to_thread(write_json_durably, Path(run.records_dir) / FINAL, record)
         return record

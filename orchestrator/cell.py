@@ -37,7 +37,8 @@ from contracts.records import (
     append_jsonl,
     write_json_durably,
 )
-from contracts.specs import CellSpec
+from contracts.runs import RunRegistration
+from contracts.specs import CellOptions, CellSpec
 from contracts.task import is_interactive, load_task, prompt_file
 from contracts.task_spec import TaskSpec
 from orchestrator import reprompt, sandbox
@@ -79,13 +80,13 @@ def sandbox_paths(layout: Layout, task: dict) -> tuple[list[Path], list[Path]]:
     return hidden, readonly
 
 
-def reachable(opts: dict) -> list[tuple[str, int]]:
+def reachable(opts: CellOptions) -> list[tuple[str, int]]:
     """The addresses an agent in the isolated network mode may reach: the grading server (rollouts are on it
     too) and the driver proxy."""
     from urllib.parse import urlsplit
 
     out = []
-    for url in (opts.get("grading_url"), opts.get("driver_url")):
+    for url in (opts.grading_url, opts.driver_url):
         if url:
             parts = urlsplit(url)
             out.append((parts.hostname or "127.0.0.1", parts.port or 80))
@@ -195,7 +196,7 @@ def unstarted(attempt: Attempt, error: str) -> Outcome:
                    details={"agent_started": False})
 
 
-def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None, opts: dict) -> RunningAgent:
+def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None, opts: CellOptions) -> RunningAgent:
     """Workspace, run registration with the grader (and the driver proxy), then the agent in its sandbox."""
     from evaluators.base_models import resolve_base_model
     from evaluators.service import app_name
@@ -203,17 +204,17 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
     cell, layout = attempt.cell, attempt.layout
     material = task_material(cell.task, layout.cache_dir)
     base_model = resolve_base_model(cell.task["base_model"], layout.models_cache)
-    grader = serve.get_app_handle(app_name(cell.task_name, opts["scope"]))
+    grader = serve.get_app_handle(app_name(cell.task_name, opts.scope))
     token = secrets.token_urlsafe(24)
-    settings = sandbox.Settings.from_cfg(opts["sandbox"])
+    settings = sandbox.Settings.from_cfg(opts.sandbox)
     hidden, readonly = sandbox_paths(layout, cell.task)
-    check = sandbox.preflight_command(opts["sandbox"].get("preflight"), cell.budget.gpus, opts.get("emulated", False))
-    if opts["sandboxed"] and check:  # raises PreflightFailed: an infra error, retried, no budget spent yet
+    check = sandbox.preflight_command(opts.sandbox.get("preflight"), cell.budget.gpus, opts.emulated)
+    if opts.sandboxed and check:  # raises PreflightFailed: an infra error, retried, no budget spent yet
         sandbox.preflight(check, {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
                                   **{k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}},
                           hidden=hidden, readonly=readonly, settings=settings, cell_id=cell.cell_id)
     # a judged task's baseline is scored once, before any cell's budget starts
-    answer(grader.ensure_baseline.remote(), opts["eval_timeout_s"] + opts["service_timeout_s"],
+    answer(grader.ensure_baseline.remote(), opts.eval_timeout_s + opts.service_timeout_s,
            f"the grader of {cell.task_name} (its baseline)")
     deadline = time.time() + cell.budget.wall_time_s  # the budget starts now
     workspace = layout.workspace(cell.cell_id, attempt.number)
@@ -227,19 +228,19 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
 
     env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
     if session is not None:  # the per-cell driver key (the real one stays in the proxy); a CLI's command line
-        argv = session.start(workspace, env, opts["driver_url"], attempt.dir / DRIVER_CALLS, argv, opts["scope"])
+        argv = session.start(workspace, env, opts.driver_url, attempt.dir / DRIVER_CALLS, argv, opts.scope)
         readonly += session.readonly_paths(hidden)
     try:
-        registered = answer(grader.register_run.remote(token, {
-            "cell_id": cell.cell_id, "workspace": str(workspace), "records_dir": str(attempt.dir),
-            "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": attempt.started, "deadline": deadline,
-            "max_submissions": cell.budget.max_submissions,
-            "driver_key": session.key if session is not None else None}),  # /status shows its tokens
-            opts["eval_timeout_s"] + opts["service_timeout_s"], f"the grader of {cell.task_name} (registering the run)")
+        registered = answer(grader.register_run.remote(token, RunRegistration(
+            cell_id=cell.cell_id, workspace=str(workspace), records_dir=str(attempt.dir),
+            code_repo=str(layout.code_repo(cell.cell_id)), started_at=attempt.started, deadline=deadline,
+            max_submissions=cell.budget.max_submissions,
+            driver_key=session.key if session is not None else None)),  # /status shows its tokens
+            opts.eval_timeout_s + opts.service_timeout_s, f"the grader of {cell.task_name} (registering the run)")
 
         def spawn(argv: list[str], env: dict) -> sandbox.AgentProcess:
             return sandbox.start(argv, workspace, env, attempt.dir / "agent.stdout", attempt.dir / "agent.stderr",
-                                 sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly, settings=settings,
+                                 sandboxed=opts.sandboxed, hidden=hidden, readonly=readonly, settings=settings,
                                  cell_id=cell.cell_id, forward=reachable(opts),
                                  memory_bytes=settings.memory_bytes(cell.budget))
         process = spawn(argv, env)
@@ -251,10 +252,10 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
                         time.time(), grader, argv, env, spawn, registered.get("judge_agreement"))
 
 
-def restart(attempt: Attempt, agent: RunningAgent, records: Records, opts: dict) -> None:
+def restart(attempt: Attempt, agent: RunningAgent, records: Records, opts: CellOptions) -> None:
     """Start the agent again in its workspace with a continuation prompt (orchestrator/reprompt.py), on the same
     key, grader run and deadline. What its last session left running is killed first."""
-    agent.process.kill_group(opts["kill_grace_s"])
+    agent.process.kill_group(opts.kill_grace_s)
     agent.process.close()
     session, budget, now = records.session, attempt.cell.budget, time.time()
     n = records.reprompts + 1
@@ -298,11 +299,11 @@ def watch(attempt: Attempt, agent: RunningAgent, records: Records) -> tuple[int 
         time.sleep(POLL_S)
 
 
-def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, opts: dict) -> dict:
+def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, opts: CellOptions) -> dict:
     """Kill the agent's whole process group, close its driver key, grader run and environment sessions; returns
     what that leaves to record (evaluations still running, the run's use of the environment)."""
     cell_id = attempt.cell.cell_id
-    agent.process.kill_group(opts["kill_grace_s"])  # also when the agent exited: its children may live on
+    agent.process.kill_group(opts.kill_grace_s)  # also when the agent exited: its children may live on
     left: dict = {"resource_limit": agent.process.limit_hit(final=True)}  # e.g. the kernel's OOM kill ended it
     agent.process.close()
     if session is not None:
@@ -311,8 +312,8 @@ def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, op
         except Exception as e:  # the calls are recorded already; this must not turn a result into an error
             print(f"[a2rl] closing the driver key of {cell_id} failed: {e!r}", file=sys.stderr)
     try:  # evaluations still running get eval_timeout_s, then the held-out final score is taken (as long again)
-        closed = answer(agent.grader.close_run.remote(agent.token, opts["eval_timeout_s"]),
-                        2 * opts["eval_timeout_s"] + opts["service_timeout_s"],
+        closed = answer(agent.grader.close_run.remote(agent.token, opts.eval_timeout_s),
+                        2 * opts.eval_timeout_s + opts.service_timeout_s,
                         f"the grader of {cell_id} (closing the run)")
         left["evaluations_unfinished"], left["final"] = closed["unfinished"], closed["final"]
         left["contamination"] = closed["contamination"]
@@ -324,8 +325,8 @@ def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, op
         from envs.rollout_service import close_run as close_sessions
 
         try:
-            left["env_usage"] = close_sessions(attempt.cell.task_name, agent.token, opts["service_timeout_s"],
-                                               opts["scope"])
+            left["env_usage"] = close_sessions(attempt.cell.task_name, agent.token, opts.service_timeout_s,
+                                               opts.scope)
         except Exception as e:  # idle sessions expire anyway; this must not turn a result into an infra error
             print(f"[a2rl] closing the rollout sessions of {cell_id} failed: {e!r}", file=sys.stderr)
     return left
@@ -389,8 +390,8 @@ def a2rl_bug(attempt: Attempt, e: BaseException) -> Outcome:
 
 def run_cell(config: dict) -> None:
     cell = CellSpec.from_dict(config["cell"])
-    opts = config["opts"]
-    registry.search(*opts["imports"])  # the user's own task classes and agent kinds, in this worker too
+    opts = CellOptions.from_dict(config["opts"])
+    registry.search(*opts.imports)  # the user's own task classes and agent kinds, in this worker too
     attempt = start_attempt(cell, Layout.from_dict(config["layout"]))
     try:
         run_attempt(attempt, opts)
@@ -400,11 +401,11 @@ def run_cell(config: dict) -> None:
         attempt.finish(a2rl_bug(attempt, e))
 
 
-def run_attempt(attempt: Attempt, opts: dict) -> None:
+def run_attempt(attempt: Attempt, opts: CellOptions) -> None:
     cell = attempt.cell
     kind = agent_kind(cell.agent.kind)
     try:  # an LLM-driven agent: its CLI must be installed before anything is registered or spent
-        session = kind.session(cell, list(opts.get("cli_path") or []))
+        session = kind.session(cell, list(opts.cli_path or []))
     except CliUnavailable as e:
         return attempt.finish(unstarted(attempt, str(e)))
     agent = start_agent(attempt, kind, session, opts)

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from contracts import registry
 from contracts.layout import Layout
-from contracts.specs import CellSpec, to_plain
+from contracts.specs import CellOptions, CellSpec, to_plain
 from orchestrator import sandbox
 from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
 from orchestrator.preflight import (EMULATED_GPU, check_agents_python, check_nodes_share, check_reservations,
@@ -246,14 +246,13 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
             if cfg.logger.kind == "wandb":
                 callbacks.append(WandbCallback(cfg.logger.project, cfg.logger.get("entity"),
                                                wandb_mode(cfg.logger.mode), layout.output_dir))
-            opts = {"sandboxed": sandboxed, "kill_grace_s": float(cfg.sandbox.kill_grace_s),
-                    "service_timeout_s": float(cfg.grading.service_timeout_s),
-                    "eval_timeout_s": float(cfg.grading.eval_timeout_s),
-                    "imports": list(cfg.get("imports") or []),
-                    "sandbox": to_plain(cfg.sandbox), "emulated": emulated,
-                    "grading_url": endpoints.grading_url, "driver_url": endpoints.driver_url,
-                    "scope": endpoints.scope,
-                    "cli_path": to_plain(cfg.get("cli_path")) or []}
+            opts = CellOptions(sandboxed=sandboxed, kill_grace_s=float(cfg.sandbox.kill_grace_s),
+                               service_timeout_s=float(cfg.grading.service_timeout_s),
+                               eval_timeout_s=float(cfg.grading.eval_timeout_s),
+                               imports=list(cfg.get("imports") or []), sandbox=to_plain(cfg.sandbox),
+                               emulated=emulated, grading_url=endpoints.grading_url,
+                               driver_url=endpoints.driver_url, scope=endpoints.scope,
+                               cli_path=to_plain(cfg.get("cli_path")) or [])
             trainable = tune.with_resources(
                 run_cell, lambda config: tune.PlacementGroupFactory(
                     [resources_of(CellSpec.from_dict(config["cell"]), emulated)]))
@@ -262,7 +261,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
                 tuner = tune.Tuner(
                     trainable,
                     param_space={"cell": tune.grid_search([c.to_dict() for c in remaining]),
-                                 "layout": layout.to_dict(), "opts": opts},
+                                 "layout": layout.to_dict(), "opts": opts.to_dict()},
                     tune_config=tune.TuneConfig(
                         max_concurrent_trials=cfg.cluster.max_concurrent_cells or None, reuse_actors=False,
                         trial_name_creator=lambda t: label(CellSpec.from_dict(t.config["cell"])),
