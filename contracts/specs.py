@@ -16,6 +16,13 @@ class ConfigError(ValueError):
     """A mistake in the user's configuration; the message says which key, which value, what to do."""
 
 
+def reject_unknown(given: dict, known, where: str) -> None:
+    """A ConfigError naming the keys of `given` that are not `known` (a typo would otherwise be ignored)."""
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+
+
 @dataclass(frozen=True)
 class Budget:
     wall_time_s: float
@@ -35,10 +42,7 @@ class Budget:
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "budget") -> "Budget":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+        reject_unknown(d, {f.name for f in dataclasses.fields(cls)}, where)
         for key in ("wall_time_s", "max_submissions"):
             if d.get(key) is None:
                 raise ConfigError(f"{where}.{key} is missing; set it to a positive number")

@@ -92,6 +92,11 @@ def test_a_config_that_extends_itself_is_refused(tmp_path, monkeypatch):
     (["task=arithmetic", "+task.rollout.num_hosts=1.5"], "task arithmetic: rollout.num_hosts=1.5 must be an integer"),
     (["task=arithmetic", "task.cls=nope"], "unknown task 'nope'; known: alfworld"),
     (["sweep.agents=[sft]", "+agent.kind=robot"], "agent.kind='robot' must be one of 'builtin', 'cli', 'command'"),
+    # an agent.args key its agent does not read (a typo) would be ignored: its script's DEFAULTS, its CLI's knobs
+    (["agent=sft", "+agent.args.step_per_round=3"],
+     "agent.args: unknown key(s) ['step_per_round']; known keys are ['activation_checkpointing', 'batch_size',"),
+    (["agent=codex", "+agent.args.reasoning_efort=low"],
+     "unknown key(s) ['reasoning_efort']; known keys are ['extra_args', 'preamble', 'reasoning_effort']"),
 ])
 def test_config_errors_name_key_and_value(overrides, message):
     with pytest.raises(ConfigError) as e:

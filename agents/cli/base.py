@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TEXT_LIMIT = 2000
+COMMON_ARGS = ("preamble", "extra_args")  # the agent.args every CLI takes (build_prompt, extra_args)
 
 PREAMBLE = ("You are an autonomous agent working alone in the folder {workspace} (your current directory). "
             "Nobody will answer questions or approve actions: decide, act, and keep working until the task is "
@@ -79,6 +80,7 @@ class CliAdapter:
     package: str = ""           # the npm package that installs it
     providers: tuple[str, ...] = ()   # driver providers whose wire protocol the CLI speaks
     on_path: bool = True        # its folder goes first on the agent's PATH (an npm CLI's siblings)
+    args: tuple[str, ...] = ()  # its own agent.args knobs, besides COMMON_ARGS
 
     def install_command(self, version: str | None) -> str:
         return f"npm install -g {self.package}" + (f"@{version}" if version else "")
