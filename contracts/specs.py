@@ -5,11 +5,15 @@ what the orchestrator resolved. A cell's id is a hash of its resolved spec: same
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # (contracts.task_spec imports this module)
+    from contracts.task_spec import TaskSpec
 
 
 class ConfigError(ValueError):
@@ -103,7 +107,7 @@ class DriverSpec:
 class CellSpec:
     agent: AgentSpec
     driver: DriverSpec
-    task: dict                      # the task's config as written (contracts.task_spec.TaskSpec reads it)
+    task: TaskSpec                  # its config as written is task.config (what the cell's id hashes)
     seed: int
     budget: Budget
     sweep: str = ""
@@ -115,21 +119,26 @@ class CellSpec:
 
     @property
     def task_name(self) -> str:
-        return self.task["name"]
+        return self.task.name
 
     @property
     def mode_name(self) -> str:
         return (self.mode or {}).get("name") or "free"
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain JSON (the ledger's spec, a Tune trial's config), the task as its config was written."""
+        return {"agent": dataclasses.asdict(self.agent), "driver": dataclasses.asdict(self.driver),
+                "task": copy.deepcopy(self.task.config), "seed": self.seed, "budget": dataclasses.asdict(self.budget),
+                "sweep": self.sweep, "mode": copy.deepcopy(self.mode)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CellSpec":
+        from contracts.task_spec import TaskSpec
+
         return cls(
             agent=AgentSpec(**d["agent"]),
             driver=DriverSpec(**d["driver"]),
-            task=d["task"],
+            task=TaskSpec.from_config(d["task"]),
             seed=int(d["seed"]),
             budget=Budget(**d["budget"]),
             sweep=d.get("sweep", ""),

@@ -70,7 +70,7 @@ def answer(response, timeout_s: float, what: str):
         raise ServiceTimeout(f"{what} did not answer within {timeout_s:.0f} s") from None
 
 
-def sandbox_paths(layout: Layout, task: dict) -> tuple[list[Path], list[Path]]:
+def sandbox_paths(layout: Layout, task: TaskSpec) -> tuple[list[Path], list[Path]]:
     """What the sandbox hides and what it binds back read-only, computed on the node that runs the agent."""
     hidden = [PROJECT_ROOT, Path("/tmp"), Path.home(), *layout.hidden_from_agents(),
               *load_task(task, layout.cache_dir).hidden_paths()]
@@ -203,7 +203,7 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
 
     cell, layout = attempt.cell, attempt.layout
     material = task_material(cell.task, layout.cache_dir)
-    base_model = resolve_base_model(cell.task["base_model"], layout.models_cache)
+    base_model = resolve_base_model(cell.task.base_model, layout.models_cache)
     grader = serve.get_app_handle(app_name(cell.task_name, opts.scope))
     token = secrets.token_urlsafe(24)
     settings = sandbox.Settings.from_cfg(opts.sandbox)
@@ -218,7 +218,7 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
            f"the grader of {cell.task_name} (its baseline)")
     deadline = time.time() + cell.budget.wall_time_s  # the budget starts now
     workspace = layout.workspace(cell.cell_id, attempt.number)
-    spec = TaskSpec.from_config(cell.task)
+    spec = cell.task
     argv, code_files = kind.command(cell.agent, prompt_file(spec))
     run_info = {"grading_url": f"{opts['grading_url']}/{cell.task_name}", "run_token": token,
                 **({"rollout_url": f"{opts['grading_url']}/{cell.task_name}/env"} if is_interactive(spec) else {}),

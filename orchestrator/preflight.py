@@ -22,6 +22,7 @@ from pathlib import Path
 
 from contracts.layout import Layout
 from contracts.specs import CellSpec, ConfigError
+from contracts.task_spec import TaskSpec
 from orchestrator import sandbox
 
 EMULATED_GPU = "emulated_gpu"
@@ -61,10 +62,10 @@ def missing(cells: list[CellSpec], cache_dir: Path, cli_path: list[str]) -> list
         try:
             out += load_task(task, cache_dir).missing_data()
         except Exception as e:  # noqa: BLE001 - a dry run reports, it does not stop
-            out.append(f"task {task.get('name')}: {type(e).__name__}: {e}")
-        base = str(task.get("base_model", ""))
+            out.append(f"task {task.name}: {type(e).__name__}: {e}")
+        base = task.base_model
         if "/" in base and not Path(base).expanduser().exists() and not _model_cached(base, cache_dir):
-            out.append(f"base model {base} ({task.get('name')}) is not in {cache_dir / 'models'}: it is fetched "
+            out.append(f"base model {base} ({task.name}) is not in {cache_dir / 'models'}: it is fetched "
                        "once at the first cell (needs the network and the disk)")
     return out
 
@@ -137,7 +138,7 @@ def _python_runs_in_a_sandbox(layout: Layout, task_json: str, sandbox_json: str,
 
     from orchestrator.cell import sandbox_paths
 
-    hidden, readonly = sandbox_paths(layout, json.loads(task_json))
+    hidden, readonly = sandbox_paths(layout, TaskSpec.from_config(json.loads(task_json)))
     try:
         sandbox.preflight([sys.executable, "-c", imports], {"PATH": os.pathsep.join(
             [os.path.dirname(sys.executable), "/usr/bin", "/bin"])}, hidden=hidden, readonly=readonly,
@@ -147,13 +148,13 @@ def _python_runs_in_a_sandbox(layout: Layout, task_json: str, sandbox_json: str,
     return None
 
 
-def check_agents_python(layout: Layout, task: dict, sandbox_cfg: dict) -> None:
+def check_agents_python(layout: Layout, task: TaskSpec, sandbox_cfg: dict) -> None:
     """Once per sweep (and per process), before any cell starts: the agents' interpreter and packages run in a
     sandbox made as a cell's is, as the agents' uid. A failure (an interpreter under a folder that uid cannot
     enter, a package it cannot read) is one config error, not a sweep of agent_errors."""
     import json
 
-    problem = _python_runs_in_a_sandbox(layout, json.dumps(task, sort_keys=True),
+    problem = _python_runs_in_a_sandbox(layout, json.dumps(task.config, sort_keys=True),
                                         json.dumps(sandbox_cfg, sort_keys=True), AGENTS_IMPORT)
     if problem:
         raise ConfigError(f"the agents' python ({sys.executable}) does not run in their sandbox: {problem}. Every "
@@ -256,7 +257,7 @@ def resources_of(cell: CellSpec, emulated_gpus: bool) -> dict:
     return res
 
 
-def check_reservations(cfg, to_run: list[CellSpec], tasks: list[dict], emulated: bool, with_proxy: bool,
+def check_reservations(cfg, to_run: list[CellSpec], tasks: list[TaskSpec], emulated: bool, with_proxy: bool,
                        out) -> None:
     """Refuse, before anything is deployed, a cell or service reservation that no node of the cluster can hold."""
     import ray
@@ -291,14 +292,12 @@ def _take(need: dict, free: dict) -> None:
         free[k] = free.get(k, 0) - v
 
 
-def service_reservations(tasks: list[dict], gpu_key: str, proxy_cpus: float) -> list[tuple[str, str, dict]]:
+def service_reservations(tasks: list[TaskSpec], gpu_key: str, proxy_cpus: float) -> list[tuple[str, str, dict]]:
     """(what, the knob to change, resources) for each replica or actor the sweep's services start."""
     from contracts.task import is_interactive
-    from contracts.task_spec import TaskSpec
 
     out = []
-    for task in tasks:
-        spec = TaskSpec.from_config(task)
+    for spec in tasks:
         grader = spec.grader
         for _ in range(grader.num_replicas):
             out.append((f"the grader of task {spec.name}", "task.grader.num_gpus / num_cpus / memory_gb",

@@ -44,16 +44,13 @@ def make_plan(cells: list[CellSpec], rows: dict[str, dict], rerun_errored: bool)
 
 
 def print_plan(plan: Plan, emulated: bool, out=sys.stdout) -> None:
-    from contracts.task_spec import defaults
-
     rows = [("cell", "agent", "driver", "task", "protocol", "seed", "state", "reservation")]
     for cell in plan.cells:
         s = plan.status[cell.cell_id]
         state = ("run" if cell in plan.to_run else "skip") + f" ({s})"
         res = ", ".join(f"{k}={v:g}" for k, v in resources_of(cell, emulated).items())
-        protocol = cell.task.get("protocol", defaults()["protocol"])  # a task's own, or the one every task has
-        rows.append((cell.cell_id, cell.agent.name, cell.driver.name, cell.task_name, protocol, str(cell.seed), state,
-                     f"{res}, {cell.budget.wall_time_s:g}s"))
+        rows.append((cell.cell_id, cell.agent.name, cell.driver.name, cell.task_name, cell.task.protocol,
+                     str(cell.seed), state, f"{res}, {cell.budget.wall_time_s:g}s"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]  # columns as wide as their names
     for r in rows:
         print("  ".join(v.rjust(w) if i == 5 else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))) + "  " + r[-1],
@@ -67,12 +64,10 @@ def print_plan(plan: Plan, emulated: bool, out=sys.stdout) -> None:
 
 def print_services_and_missing(cfg, plan: Plan, out=sys.stdout) -> None:
     """The graders' GPUs (held for the whole sweep, not per cell) and what this machine lacks for the sweep."""
-    from contracts.task_spec import TaskSpec
     from orchestrator.preflight import missing
 
     tasks = list({c.task_name: c.task for c in plan.to_run}.values())
-    grader_gpus = sum(float(s.grader.num_gpus) * int(s.grader.num_replicas)
-                      for s in (TaskSpec.from_config(t) for t in tasks))
+    grader_gpus = sum(float(s.grader.num_gpus) * int(s.grader.num_replicas) for s in tasks)
     longest = max((c.budget.wall_time_s for c in plan.to_run), default=0) / 3600
     if grader_gpus:
         print(f"graders: {grader_gpus:g} GPUs of their own ({len(tasks)} tasks), held while the sweep runs: at least "

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from contracts.specs import CellSpec
+from contracts.task_spec import TaskSpec
 
 API_TEXT = """
 ## How you are graded
@@ -65,29 +66,27 @@ def instructions(cell: CellSpec, task_text: str) -> str:
     return f"# Task: {cell.task_name}\n\n{task_text.strip()}\n{mode}{api}"
 
 
-def task_material(task_cfg: dict, cache_dir: Path) -> Path:
+def task_material(task: TaskSpec, cache_dir: Path) -> Path:
     """The task's visible material (instructions.md, train.jsonl), built once per task config and cached.
 
     The orchestrator builds it before the trials start, so a cell only copies files (generating a train split
     can take seconds and import heavy packages)."""
     import hashlib
 
-    from contracts.specs import task_identity
-
-    key = hashlib.sha256(json.dumps(task_identity(task_cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
-    folder = cache_dir / "tasks" / f"{task_cfg['name']}-{key}"
+    key = hashlib.sha256(json.dumps(task.identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    folder = cache_dir / "tasks" / f"{task.name}-{key}"
     if (folder / "train.jsonl").exists():
         return folder
-    from contracts.task import load_task
+    from contracts.task import build_task
 
-    task = load_task(task_cfg, cache_dir)
+    built = build_task(task, cache_dir)
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "instructions.md").write_text(task.instructions())
+    (tmp / "instructions.md").write_text(built.instructions())
     with open(tmp / "train.jsonl", "w") as f:
-        for row in task.train_rows():
+        for row in built.train_rows():
             f.write(json.dumps(row) + "\n")
-    for name, text in task.evaluator_files().items():
+    for name, text in built.evaluator_files().items():
         (tmp / "eval").mkdir(exist_ok=True)
         (tmp / "eval" / name).write_text(text)
     try:

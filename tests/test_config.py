@@ -160,7 +160,7 @@ def test_paper_grid_crosses_each_cli_with_the_drivers_it_speaks():
     assert {d for a, d in pairs if a in ("openhands", "rdagent")} == {"claude-sonnet", "gpt", "gemini"}
     assert {d for a, d in pairs if a in ("sft", "copy_base", "noop")} == {"none"}
     assert len(cells) == (12 + 3) * 6 * 3  # (CLI x driver pairs + reference agents) x tasks x seeds
-    tasks = {c.task_name: c.task for c in cells}
+    tasks = {c.task_name: c.task.config for c in cells}
     assert sorted(tasks) == ["alfworld", "alpacaeval", "deepsearchqa", "gsm8k", "humaneval", "webshop"]
     # the paper's base models, on top of each task's own file; every grader on a GPU of its own
     assert tasks["gsm8k"]["base_model"] == "Qwen/Qwen2.5-1.5B" and tasks["gsm8k"]["prompt_template"]
