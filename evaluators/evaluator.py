@@ -216,6 +216,7 @@ class Evaluator:
 
         proxy = serve.get_app_handle(scoped(DRIVER_PROXY_APP, self.scope))
         judge_key = await proxy.register_cell.remote(f"{who}:judge", self.judge_driver, None, str(calls_path))
+        assert self.driver_url is not None  # __init__ refuses a judged task without the driver proxy
         judge = LLMJudge(self.judge_driver, self.driver_url, judge_key)
         judge.sample, agreement = probe, None
         try:

@@ -10,10 +10,12 @@ import logging
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from contracts.evaluation import Evaluation
 from contracts.records import write_json_durably
 from contracts.refusals import Refusal
+from contracts.runs import Run
 
 log = logging.getLogger("a2rl.grader")
 FINAL = "final.json"                  # in the cell's records folder: the held-out score of its final submission
@@ -22,6 +24,17 @@ FINAL_CANDIDATES = "final-candidates"  # there too, while the run lasts: a copy 
 
 class RunClosing:
     """The Grader's end-of-run work (a mixin: it uses the Grader's registry, evaluator, _evaluate and _record)."""
+
+    if TYPE_CHECKING:  # the Grader's (evaluators/grader.py), which this is part of
+        registry: Any
+        evaluator: Any
+
+        async def ensure_baseline(self) -> dict: ...
+
+        async def _evaluate(self, what: str, *args) -> Evaluation | Refusal: ...
+
+        def _record(self, run: Run, submission_id: int, best: float | None, received: float,
+                    given_path: str | None, result: Evaluation, commit: str | None = None) -> dict: ...
 
     async def close_run(self, token: str, timeout_s: float = 1800) -> dict:
         """Refuse new submissions, wait at most timeout_s for those being evaluated, then give the rest up (each is

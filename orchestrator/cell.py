@@ -26,6 +26,7 @@ from agents.kinds import AgentKind, agent_kind
 from contracts.infra import InfraError, is_infrastructure
 from contracts import registry
 from contracts.layout import Layout
+from contracts.outcomes import Limit, Status
 from contracts.records import (
     ATTEMPT,
     DRIVER_CALLS,
@@ -220,14 +221,15 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
     workspace = layout.workspace(cell.cell_id, attempt.number)
     spec = cell.task
     argv, code_files = kind.command(cell.agent, prompt_file(spec))
-    run_info = {"grading_url": f"{opts['grading_url']}/{cell.task_name}", "run_token": token,
-                **({"rollout_url": f"{opts['grading_url']}/{cell.task_name}/env"} if is_interactive(spec) else {}),
+    run_info = {"grading_url": f"{opts.grading_url}/{cell.task_name}", "run_token": token,
+                **({"rollout_url": f"{opts.grading_url}/{cell.task_name}/env"} if is_interactive(spec) else {}),
                 "started_at": attempt.started, "deadline": deadline}
     materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info,
                 code_files=code_files)
 
     env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
     if session is not None:  # the per-cell driver key (the real one stays in the proxy); a CLI's command line
+        assert opts.driver_url is not None  # a cell with a driver runs in a sweep with the driver proxy
         argv = session.start(workspace, env, opts.driver_url, attempt.dir / DRIVER_CALLS, argv, opts.scope)
         readonly += session.readonly_paths(hidden)
     try:
@@ -270,7 +272,7 @@ def restart(attempt: Attempt, agent: RunningAgent, records: Records, opts: CellO
     agent.process = agent.spawn(argv, env)
 
 
-def watch(attempt: Attempt, agent: RunningAgent, records: Records) -> tuple[int | None, str | None, str | None]:
+def watch(attempt: Attempt, agent: RunningAgent, records: Records) -> tuple[int | None, Limit | None, str | None]:
     """Report what the records say until the agent exits (its exit code), a budget ends it (which one), or it hits
     a resource limit of its sandbox (which, in words)."""
     budget = attempt.cell.budget
@@ -332,7 +334,7 @@ def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, op
     return left
 
 
-def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_code: int | None, limit: str | None,
+def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_code: int | None, limit: Limit | None,
                agent_ended: float, left: dict) -> Outcome:
     session = records.session
     if limit is None and records.submissions >= attempt.cell.budget.max_submissions:
@@ -340,6 +342,7 @@ def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_cod
     if limit is None and session is not None and session.final_usage is not None:
         limit = session.limit_hit(records.driver_calls)  # it stopped on a refused call: the budget ended it
     resource = left.get("resource_limit")
+    status: Status
     if resource is not None:  # the sandbox's limits, not the budget: the agent's fault
         status, limit = AGENT_ERROR, None
     elif limit is not None:

@@ -13,14 +13,20 @@ import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
 
+from typing import Final
+
+from contracts.outcomes import STATUSES, Status
 from contracts.specs import CellSpec
 
-PENDING, RUNNING = "pending", "running"
-COMPLETED, BUDGET_EXHAUSTED = "completed", "budget_exhausted"
-AGENT_ERROR, INFRA_ERROR = "agent_error", "infra_error"
-FINISHED = (COMPLETED, BUDGET_EXHAUSTED)
-ERRORED = (AGENT_ERROR, INFRA_ERROR)
-STATUSES = (PENDING, RUNNING) + FINISHED + ERRORED
+PENDING: Final = "pending"
+RUNNING: Final = "running"
+COMPLETED: Final = "completed"
+BUDGET_EXHAUSTED: Final = "budget_exhausted"
+AGENT_ERROR: Final = "agent_error"
+INFRA_ERROR: Final = "infra_error"
+FINISHED: tuple[Status, ...] = (COMPLETED, BUDGET_EXHAUSTED)
+ERRORED: tuple[Status, ...] = (AGENT_ERROR, INFRA_ERROR)
+# (contracts.outcomes.STATUSES lists them all, in this order: pending, running, FINISHED, ERRORED)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (

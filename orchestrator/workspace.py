@@ -132,7 +132,7 @@ def materialise(workspace: Path, cell: CellSpec, *, material: Path, base_model_d
     return workspace
 
 
-def agent_env(workspace: Path, run: dict, cpus: float, inherit: dict | None = None) -> dict:
+def agent_env(workspace: Path, run: dict, cpus: float, inherit: Mapping[str, str] | None = None) -> dict:
     """A clean environment: nothing of the orchestrator's leaks in (no keys, no Ray or W&B variables)."""
     inherit = inherit if inherit is not None else os.environ
     home = workspace / ".home"
