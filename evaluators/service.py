@@ -42,9 +42,12 @@ def deploy(spec: TaskSpec, cache_dir: str, emulated_gpus: bool = False, driver_u
         if spec.grader.memory_gb:  # reserved here, enforced in the replica (evaluators/model_size.py)
             options["memory"] = int(spec.grader.memory_gb * 1e9)
         # Serve queues evaluations beyond max_concurrent per replica; /status and /health never wait on them
-        evaluator = Evaluator.options(num_replicas=spec.grader.num_replicas, ray_actor_options=options,
-                                      max_ongoing_requests=spec.grader.max_concurrent)
-        router = Grader.options(name=app_name(spec.name, scope), ray_actor_options={"num_cpus": 0})
+        # (@serve.deployment makes a class a Deployment, with .options; ray's stubs do not tell mypy so)
+        evaluator = Evaluator.options(  # type: ignore[attr-defined]
+            num_replicas=spec.grader.num_replicas, ray_actor_options=options,
+            max_ongoing_requests=spec.grader.max_concurrent)
+        router = Grader.options(  # type: ignore[attr-defined]
+            name=app_name(spec.name, scope), ray_actor_options={"num_cpus": 0})
         return router.bind(evaluator.bind(task_class(spec.cls), spec, cache_dir, driver_url, scope), spec, scope)
 
     route = scoped_route(f"/{spec.name}", scope)

@@ -36,9 +36,9 @@ class Outcome:
     def from_dict(cls, d: dict) -> "Outcome":
         named = ("status", "limit_hit", "exit_code", "error", "best_score", "baseline_score", "n_submissions",
                  "started_at", "ended_at")
-        return cls(status=d.get("status"), limit_hit=d.get("limit_hit"), exit_code=d.get("exit_code"),
+        return cls(status=d["status"], limit_hit=d.get("limit_hit"), exit_code=d.get("exit_code"),
                    error=d.get("error"), best_score=d.get("best_score"), baseline_score=d.get("baseline_score"),
-                   n_submissions=d.get("n_submissions"), started_at=d.get("started_at"), ended_at=d.get("ended_at"),
+                   n_submissions=d["n_submissions"], started_at=d["started_at"], ended_at=d["ended_at"],
                    details={k: v for k, v in d.items() if k not in named and k != "elapsed_s"})
 
 

@@ -1,6 +1,7 @@
 """Run a sweep: expand, reconcile the ledger, start Ray and the sweep's services, one Tune trial per pending cell."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -92,7 +93,7 @@ def reap_orphaned_ray_agents() -> int:
     cluster's agents are children of its raylet, so an agent of ours whose parent is init is such an orphan. (Their
     RAY_RAYLET_PID cannot be trusted: setting the process title overwrites the environment block, partly or wholly.)
     """
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     me = os.getuid()
     reaped = 0
@@ -127,10 +128,10 @@ def start_ray(cluster: DictConfig) -> None:
         # Serve controller, the run registry, both graders and both cells, and Tune's controller with them).
         ray.init(address="local", num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
                  _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
-                 configure_logging=True, logging_level="WARNING",
+                 configure_logging=True, logging_level=logging.WARNING,
                  _system_config={"enable_metrics_collection": False, "memory_monitor_refresh_ms": 0})
     else:
-        ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level="WARNING")
+        ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level=logging.WARNING)
 
 
 def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
@@ -218,8 +219,6 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # the ledger and W&B are our loggers
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: our progress lines only
-    import logging
-
     logging.getLogger("ray.tune").setLevel(logging.ERROR)  # it would warn that our trials write no result.json
     started_ray = not ray.is_initialized()
     # Tasks that keep files in the cache (an environment's games) find it through this variable in every Ray worker.
@@ -236,8 +235,9 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
         check_reservations(cfg, plan.to_run, tasks, emulated, keys is not None, out)
         with sweep_services(cfg, tasks, keys, emulated, remove_on_exit=not local and not cfg.grading.keep_running
                             ) as endpoints:
-            callbacks = [LedgerCallback(ledger, [c.cell_id for c in plan.to_run], stream=out,
-                                        pending_report_s=float(cfg.cluster.get("pending_report_s") or 0))]
+            callbacks: list[tune.Callback] = [LedgerCallback(
+                ledger, [c.cell_id for c in plan.to_run], stream=out,
+                pending_report_s=float(cfg.cluster.get("pending_report_s") or 0))]
             if cfg.logger.kind == "wandb":
                 callbacks.append(WandbCallback(cfg.logger.project, cfg.logger.get("entity"),
                                                wandb_mode(cfg.logger.mode), layout.output_dir))
