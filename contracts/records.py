@@ -16,6 +16,7 @@ SUBMISSIONS = "submissions.jsonl"
 DRIVER_CALLS = "driver_calls.jsonl"
 TRACE = "trace.jsonl"  # a CLI agent's own trace, parsed into events (agents/cli/base.py lists their types)
 REPROMPTS = "reprompts.jsonl"  # each time the cell started its agent again (orchestrator/reprompt.py)
+NETWORK = "network.jsonl"  # each request an isolated sandbox's HTTP proxy saw: allowed (allowlist) or refused
 ATTEMPT = "attempt.json"
 OUTCOME = "outcome.json"
 

@@ -37,6 +37,7 @@ class RunRegistration:
     deadline: float                 # time.time() when the wall-time budget ends (moved back: working time)
     max_submissions: int
     driver_key: str | None = None   # the cell's key on the driver proxy (/status shows its use); None: no driver
+    given: dict[str, str] | None = None  # {path: sha256} of what a2rl wrote in the workspace before the agent started
 
 
 @dataclass(frozen=True)

@@ -190,6 +190,8 @@ def task_identity(task: dict) -> dict:
         out["cls"] = TASK_CLASS_IDENTITY.get(out["cls"], out["cls"])
     out["grader"] = {k: v for k, v in (task.get("grader") or {}).items() if k not in GRADER_RUNTIME_KEYS}
     out.pop("contamination", None)  # how the grader checks what agents wrote, not what the task is
+    out.pop("reference_score", None)  # what the report anchors scores to, not what the task is
+    out.pop("reference_source", None)
     return out
 
 

@@ -8,6 +8,7 @@ for an interactive task, one episode per eval instance of its environment.
 from __future__ import annotations
 
 import inspect
+import json
 import random
 from collections.abc import Iterable
 from pathlib import Path
@@ -86,6 +87,15 @@ class Task:
         benchmark gives agents its eval.py: code that renders, parses and scores train items, never hidden data."""
         return {}
 
+    def given_texts(self) -> dict[str, str]:
+        """What a2rl gives every agent of this task, by file name (orchestrator.workspace puts it in each workspace):
+        the instructions, the train split one JSON object a line, the protocol's evaluator files under eval/. Its
+        text is never evidence of contamination, wherever an agent's tools copy it."""
+        texts = {"instructions.md": self.instructions(),
+                 "train.jsonl": "".join(json.dumps(row) + "\n" for row in self.train_rows())}
+        texts.update({f"eval/{name}": text for name, text in self.evaluator_files().items()})
+        return texts
+
     def hidden_texts(self, rows: list[dict]) -> list[tuple[str, str]]:
         """(id, text) of hidden rows, looked for in what agents write (evaluators.contamination): their prompts.
         An interactive task's rows are instances of its environment, not texts: none."""
@@ -116,6 +126,11 @@ class Task:
         """Where the hidden split lives outside the grading cache (a local copy of a dataset, a data file that ships
         in an installed package): the agent's sandbox hides these. Cheap: it must not load the data."""
         return []
+
+    def data_files(self) -> list[Path]:
+        """The files and folders this task reads its data from, hashed into the sweep's manifest (a task that makes
+        its data in-process from its config reads none). Cheap: it must not load the data. Default: hidden_paths()."""
+        return self.hidden_paths()
 
 
 class InteractiveTask(Task):

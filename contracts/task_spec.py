@@ -21,7 +21,8 @@ from contracts.specs import ConfigError, task_identity
 DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "conf" / "task_defaults.yaml"
 
 # Keys of a task config that are not the class's own knobs.
-SPEC_KEYS = ("name", "cls", "base_model", "level", "description", "protocol", "grader", "rollout", "contamination")
+SPEC_KEYS = ("name", "cls", "base_model", "level", "description", "protocol", "grader", "rollout", "contamination",
+             "reference_score", "reference_source")
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,21 @@ def _settings(settings_cls: type, block: str, given: Any, task_where: str) -> An
     return settings_cls(**{f.name: _number(where, f.name, merged[f.name]) for f in dataclasses.fields(settings_cls)})
 
 
+def reference_of(config: dict, where: str) -> tuple[float | None, str | None]:
+    """A task's reference score and its documented source, checked: a score needs its source."""
+    score = config.get("reference_score", defaults()["reference_score"])
+    source = config.get("reference_source", defaults()["reference_source"])
+    if score is None:
+        return None, source
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or score != score:
+        raise ConfigError(f"{where}: reference_score={score!r} must be a number on the task's score scale (0-100)")
+    if not isinstance(source, str) or not source.strip():
+        raise ConfigError(f"{where}: reference_score={score} needs reference_source: where the number comes from (a "
+                          "reference run of a2rl's agents: sweep, agent, seeds, commit; or a publication with its "
+                          "table), so a reader can check it")
+    return float(score), source.strip()
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     name: str
@@ -128,6 +144,12 @@ class TaskSpec:
     contamination: ContaminationSettings
     params: dict                    # the class's own knobs
     config: dict                    # the YAML as written
+    # What a good run scores on this task under its protocol and base model, and where that number comes from (a
+    # reference run of a2rl's own agents, or a published result with its citation): scores are anchored between the
+    # baseline (0) and it (1), so tasks of different difficulty pool (orchestrator/analysis/tables.py). None: no
+    # reference, the task's cells have no anchored score.
+    reference_score: float | None = None
+    reference_source: str | None = None
 
     @classmethod
     def from_config(cls, config: dict) -> "TaskSpec":
@@ -148,8 +170,9 @@ class TaskSpec:
         protocol = config.get("protocol", defaults()["protocol"])
         if not isinstance(protocol, str) or not protocol:
             raise ConfigError(f"{where}: protocol={protocol!r} must be a protocol's name (e.g. paper or a2rl)")
+        reference, source = reference_of(config, where)
         return cls(name=name, cls=config["cls"], base_model=config["base_model"], level=int(level),
-                   description=description, protocol=protocol,
+                   description=description, protocol=protocol, reference_score=reference, reference_source=source,
                    grader=_settings(GraderSettings, "grader", config.get("grader"), where),
                    rollout=_settings(RolloutSettings, "rollout", config.get("rollout"), where),
                    contamination=_settings(ContaminationSettings, "contamination", config.get("contamination"),

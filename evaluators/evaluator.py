@@ -62,8 +62,14 @@ class Evaluator:
         self.judge_agreement = json.loads(self.agreement_file.read_text()) if self.agreement_file.exists() else None
         self.baseline_lock = asyncio.Lock()
         self.baseline: dict[str, float | None] = {"eval": None, "final": None}
-        # what the grader looks for in what agents write: the hidden items of both splits
-        self.hidden = HiddenItems(self.task.hidden_texts(self.rows["eval"] + self.rows["final"]), spec.contamination)
+        # what the grader looks for in what agents write: the hidden items of both splits; what every agent is given
+        # (instructions, train split, evaluator files) explains their n-grams wherever its tools copy it
+        hidden = self.task.hidden_texts(self.rows["eval"] + self.rows["final"])
+        self.hidden = HiddenItems(hidden, spec.contamination, self.task.given_texts().values() if hidden else ())
+        if self.hidden.exposed:  # shown in the instructions: a defect tests/test_contamination.py checks tasks for
+            log.warning("task %s gives agents all of %d hidden items in context (e.g. %s: in its instructions, or near "
+                        "a train row): a copy of them cannot be told from given text", spec.name,
+                        len(self.hidden.exposed), self.hidden.exposed[0])
         self.near_copy_tol = spec.contamination.near_copy_tol
         base = self.backend.load(self.base_dir)
         try:
@@ -99,10 +105,12 @@ class Evaluator:
         return self.info()
 
     async def evaluate(self, model_dir: str, cell_id: str, records_dir: str, split: str = "eval",
-                       digest: str | None = None, workspace: str | None = None) -> Evaluation | Refusal:
+                       digest: str | None = None, workspace: str | None = None,
+                       given: dict[str, str] | None = None) -> Evaluation | Refusal:
         """Score one submission on a split (a Refusal when it does not load). digest: the weights it must have (a
         kept copy scored on the final split: anything else is an error, not a score). workspace: also look for the
-        hidden items in it (`contamination`: where they were found)."""
+        hidden items in it (`contamination`: where they were found); given: the digests of the files a2rl wrote
+        there (HiddenItems.survey)."""
         try:
             loaded = await asyncio.to_thread(self._load, Path(model_dir))
         except Refusal as e:
@@ -110,7 +118,7 @@ class Evaluator:
         out = Evaluation()
         # the scan runs beside the evaluation (pure Python beside torch): it adds little to the replica's time
         scanning = None if workspace is None else asyncio.ensure_future(
-            asyncio.to_thread(self.hidden.survey, Path(workspace)))
+            asyncio.to_thread(self.hidden.survey, Path(workspace), given))
         try:
             out.digest = await asyncio.to_thread(self.backend.weights_digest, loaded)
             if digest is not None and out.digest != digest:
@@ -147,9 +155,9 @@ class Evaluator:
             await asyncio.to_thread(self.backend.unload, loaded)
         return out
 
-    def scan(self, workspace: str) -> list[dict]:
+    def scan(self, workspace: str, given: dict[str, str] | None = None) -> list[dict]:
         """Where the hidden items are in the workspace (evaluators.contamination)."""
-        return self.hidden.scan(Path(workspace))
+        return self.hidden.scan(Path(workspace), given)
 
     def _near_copy(self, loaded) -> bool:
         """Every weight within a tiny distance of the base model's: a copy of it, though not a byte-exact one."""

@@ -175,7 +175,7 @@ class Grader(RunClosing):
         except Exception as e:  # a broken snapshot must not cost the agent its submission
             log.warning("code snapshot failed for %s: %s", run.cell_id, e)
         result = await self._evaluate(f"evaluation {submission_id} of {run.cell_id}", str(model_dir), run.cell_id,
-                                      run.records_dir, "eval", None, run.workspace)
+                                      run.records_dir, "eval", None, run.workspace, run.given)
         if isinstance(result, Refusal):
             await self.registry.cancel.remote(token, submission_id)
             why = result  # said of the folder the agent named, not of the grader's private copy

@@ -49,7 +49,7 @@ class RunClosing:
         """The hidden items in the workspace as the agent left it (None: the scan could not be made)."""
         run = await self.registry.peek.remote(token)
         try:
-            return await self.evaluator.scan.remote(run.workspace)
+            return await self.evaluator.scan.remote(run.workspace, run.given)
         except Exception as e:  # noqa: BLE001 - the run's results stand; the missing scan is said in its outcome
             log.warning("contamination scan of %s failed: %s", run.cell_id, e)
             return None

@@ -63,7 +63,8 @@ def report_main(cfg: DictConfig) -> None:
                      "mode": wandb_mode(cfg.logger.mode)}
     try:
         path = build_report(cfg.output_dir, filters=filters, wandb_cfg=wandb_cfg,
-                            summarizer=summarizer_from_config(cfg.analysis, cfg.driver_proxy))
+                            summarizer=summarizer_from_config(cfg.analysis, cfg.driver_proxy),
+                            auditor=summarizer_from_config(cfg.analysis, cfg.driver_proxy, "audit"))
     except (ConfigError, FileNotFoundError) as e:
         print(f"a2rl: {e}", file=sys.stderr)
         sys.exit(2)

@@ -171,10 +171,21 @@ class WandbCallback(tune.Callback):
                        "submission/copy_of_base": int("copy_of_base" in (p.get("flags") or []))}
             run.log({k: v for k, v in metrics.items() if v is not None})
         if report.outcome is not None:
-            run.summary.update({k: v for k, v in report.outcome.to_dict().items() if k != "workspace"})
+            outcome = report.outcome.to_dict()
+            run.summary.update({k: v for k, v in outcome.items() if k != "workspace"})
+            run.summary.update(self.cost(cell_of(trial), report.attempt, outcome["elapsed_s"]))
             run.finish()
             self.runs.pop(cell_of(trial).cell_id, None)
             self.usage.pop(cell_of(trial).cell_id, None)
+
+    def cost(self, cell: CellSpec, attempt: int, elapsed_s: float) -> dict:
+        """The attempt's cost as the report counts it (orchestrator/analysis/cost.py), for the run's summary."""
+        from contracts.records import DRIVER_CALLS, read_jsonl
+        from orchestrator.analysis.cost import cell_cost
+
+        attempt_dir = self.root / "cells" / cell.cell_id / f"attempt-{attempt}"
+        spent = cell_cost(attempt_dir, read_jsonl(attempt_dir / DRIVER_CALLS), cell.budget.gpus, elapsed_s)
+        return {f"cost/{k}": v for k, v in spent.items()}
 
     def on_trial_error(self, iteration, trials, trial, **info):
         run = self.runs.pop(cell_of(trial).cell_id, None)

@@ -30,6 +30,7 @@ from contracts.outcomes import Limit, Status
 from contracts.records import (
     ATTEMPT,
     DRIVER_CALLS,
+    NETWORK,
     OUTCOME,
     REPROMPTS,
     SUBMISSIONS,
@@ -53,7 +54,7 @@ from orchestrator.records import (
     submission_event,
     trace_event,
 )
-from orchestrator.workspace import agent_env, materialise, task_material
+from orchestrator.workspace import agent_env, given_digests, materialise, task_material
 
 POLL_S = 0.2
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -237,6 +238,8 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
             cell_id=cell.cell_id, workspace=str(workspace), records_dir=str(attempt.dir),
             code_repo=str(layout.code_repo(cell.cell_id)), started_at=attempt.started, deadline=deadline,
             max_submissions=cell.budget.max_submissions,
+            # what a2rl wrote, as it was before the agent started: given text, never evidence of contamination
+            given=given_digests(workspace),
             driver_key=session.key if session is not None else None)),  # /status shows its tokens
             opts.eval_timeout_s + opts.service_timeout_s, f"the grader of {cell.task_name} (registering the run)")
 
@@ -244,7 +247,7 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
             return sandbox.start(argv, workspace, env, attempt.dir / "agent.stdout", attempt.dir / "agent.stderr",
                                  sandboxed=opts.sandboxed, hidden=hidden, readonly=readonly, settings=settings,
                                  cell_id=cell.cell_id, forward=reachable(opts),
-                                 memory_bytes=settings.memory_bytes(cell.budget))
+                                 memory_bytes=settings.memory_bytes(cell.budget), network_log=attempt.dir / NETWORK)
         process = spawn(argv, env)
     except BaseException:
         if session is not None:

@@ -3,15 +3,20 @@
 In the isolated network mode the agent has a network namespace of its own with nothing but loopback. A folder of
 unix sockets is bound into it; inside, sandbox_init.py listens on 127.0.0.1:PORT and forwards to PORT.sock. Out
 here each socket connects to exactly one address on this host's loopback (the grading server, the driver proxy),
-so Ray's ports, other services and the rest of the network stay out of reach. An optional allowlist (a package
-index, say) goes through one HTTP proxy socket that opens only `host:port` pairs on the list.
+so Ray's ports, other services and the rest of the network stay out of reach. Everything else goes through one HTTP
+proxy socket that opens only the `host:port` pairs of an optional allowlist (a package index, say) and refuses the
+rest; with a log file, each request it saw is one line there (network.jsonl: host, port, allowed or why refused), the
+evidence a trace audit reads for downloads and probes.
 """
 from __future__ import annotations
 
 import asyncio
 import os
 import threading
+import time
 from pathlib import Path
+
+from contracts.records import append_jsonl
 
 PROXY_SOCKET = "proxy.sock"
 
@@ -40,8 +45,9 @@ async def _splice(client_r, client_w, upstream_r, upstream_w) -> None:
 class Relay:
     """Serves the sockets of one sandbox from a thread of the cell's process; close() ends every connection."""
 
-    def __init__(self, folder: Path, targets: list[tuple[str, int]], allow: list[str] = ()):
+    def __init__(self, folder: Path, targets: list[tuple[str, int]], allow: list[str] = (), log: Path | None = None):
         self.folder, self.targets, self.allow = folder, list(targets), {a.lower() for a in allow}
+        self.log = log
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="a2rl-relay", daemon=True)
         self.servers: list[asyncio.AbstractServer] = []
@@ -61,9 +67,8 @@ class Relay:
             self.servers.append(await asyncio.start_unix_server(
                 lambda r, w, h=host, p=port: self._forward(r, w, h, p), path=str(self.socket_for(port))))
             os.chmod(self.socket_for(port), 0o777)
-        if self.allow:
-            self.servers.append(await asyncio.start_unix_server(self._proxy, path=str(self.folder / PROXY_SOCKET)))
-            os.chmod(self.folder / PROXY_SOCKET, 0o777)
+        self.servers.append(await asyncio.start_unix_server(self._proxy, path=str(self.folder / PROXY_SOCKET)))
+        os.chmod(self.folder / PROXY_SOCKET, 0o777)
 
     async def _forward(self, reader, writer, host: str, port: int) -> None:
         try:
@@ -96,17 +101,26 @@ class Relay:
         else:
             return await self._refuse(writer, 400, "only CONNECT and absolute http:// URLs")
         host = host.strip("[]").lower()
+        seen = {"method": method.upper(), "host": host, "port": port, "path": (path or "")[:300]}
         if f"{host}:{port}" not in self.allow:
+            await asyncio.to_thread(self._note, **seen, allowed=False, status=403)
             return await self._refuse(writer, 403, f"{host}:{port} is not on the sandbox's allowlist")
         try:
             up_r, up_w = await asyncio.open_connection(host, int(port))
         except (OSError, ValueError):
+            await asyncio.to_thread(self._note, **seen, allowed=True, status=502)
             return await self._refuse(writer, 502, f"cannot reach {host}:{port}")
+        await asyncio.to_thread(self._note, **seen, allowed=True, status=200)
         if path is None:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         else:  # origin-form to the server, one request per connection
             up_w.write(f"{method} {path} {version}\r\n".encode("latin-1") + rest)
         await _splice(reader, writer, up_r, up_w)
+
+    def _note(self, **request) -> None:
+        """One line per request through the proxy, durable (the agent's work goes on meanwhile: a thread's write)."""
+        if self.log is not None:
+            append_jsonl(self.log, {"t": time.time(), **request})
 
     @staticmethod
     async def _refuse(writer, status: int, why: str) -> None:

@@ -207,6 +207,26 @@ def recover_lost_round(ledger: Ledger, cells: list[CellSpec], max_retries: int, 
     return again
 
 
+def write_manifest(cfg, plan: Plan, layout: Layout, out) -> None:
+    """OUTPUT_DIR/manifest.json before any cell starts (orchestrator/manifest.py); a resumed run configured otherwise
+    writes manifest-N.json beside it and says which keys differ."""
+    import ray
+
+    from orchestrator import manifest
+
+    # CPUs, GPUs and custom resources: Ray's memory figures are a share of what was free at its start, which
+    # differs every time, and node names are addresses
+    resources = {k: v for k, v in ray.cluster_resources().items()
+                 if not k.startswith("node:") and k not in ("memory", "object_store_memory")}
+    resources["nodes"] = sum(n["Alive"] for n in ray.nodes())
+    built = manifest.build(cfg, plan.cells, layout.cache_dir, resources)
+    path, differing = manifest.write(layout.output_dir, built)
+    if differing:
+        shown = ", ".join(differing[:12]) + (f" and {len(differing) - 12} more" if len(differing) > 12 else "")
+        print(f"[a2rl] this run's configuration differs from the sweep's first ({manifest.MANIFEST}) in {shown}: "
+              f"recorded in {path.name}", file=out)
+
+
 def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool, emulated: bool, out) -> None:
     import ray
     from ray import tune
@@ -233,6 +253,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
             check_nodes_share({"cluster.workspace_root": layout.workspace_root, "output_dir": layout.output_dir,
                                "cache_dir": layout.cache_dir})
         check_reservations(cfg, plan.to_run, tasks, emulated, keys is not None, out)
+        write_manifest(cfg, plan, layout, out)
         with sweep_services(cfg, tasks, keys, emulated, remove_on_exit=not local and not cfg.grading.keep_running
                             ) as endpoints:
             callbacks: list[tune.Callback] = [LedgerCallback(

@@ -336,8 +336,10 @@ _ENTER_CGROUP = 'for f in $A2RL_CGROUP_PROCS; do echo $$ > "$f" || exit 125; don
 
 def start(argv: list[str], workspace: Path, env: dict, stdout: Path, stderr: Path, *, sandboxed: bool,
           hidden: list[Path] = (), readonly: list[Path] = (), settings: Settings = Settings(), cell_id: str = "0000",
-          forward: list[tuple[str, int]] = (), memory_bytes: int | None = None) -> AgentProcess:
-    """Start the agent. forward: the (host, port) addresses it may reach in the isolated network mode."""
+          forward: list[tuple[str, int]] = (), memory_bytes: int | None = None,
+          network_log: Path | None = None) -> AgentProcess:
+    """Start the agent. forward: the (host, port) addresses it may reach in the isolated network mode; network_log:
+    where the isolated mode's HTTP proxy records each request, allowed or refused (orchestrator/netrelay.py)."""
     env = dict(env)
     relay = state = cgroup = None
     if sandboxed:
@@ -348,16 +350,17 @@ def start(argv: list[str], workspace: Path, env: dict, stdout: Path, stderr: Pat
         inner = [sys.executable, str(INSIDE / "init.py"), "--nproc", str(settings.max_processes),
                  "--nofile", str(settings.max_open_files)]
         if settings.network == "isolated":
-            relay = Relay(state / "net", list(forward), list(settings.allow)).start()
+            relay = Relay(state / "net", list(forward), list(settings.allow), network_log).start()
             binds.append((state / "net", INSIDE / "net"))
             for _, port in forward:
                 inner += ["--forward", f"{port}={INSIDE / 'net' / f'{port}.sock'}"]
-            if settings.allow:  # the allowlist's proxy, on a port no forwarded address uses
-                proxy_port = next(p for p in range(3128, 65536) if p not in {port for _, port in forward})
-                inner += ["--forward", f"{proxy_port}={INSIDE / 'net' / PROXY_SOCKET}"]
-                for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-                    env[var] = f"http://127.0.0.1:{proxy_port}"
-                env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+            # The allowlist's proxy, on a port no forwarded address uses; also with an empty list, so that what the
+            # agent tried to reach is refused by name (a 403, not a failed name lookup) and logged.
+            proxy_port = next(p for p in range(3128, 65536) if p not in {port for _, port in forward})
+            inner += ["--forward", f"{proxy_port}={INSIDE / 'net' / PROXY_SOCKET}"]
+            for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+                env[var] = f"http://127.0.0.1:{proxy_port}"
+            env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
         else:  # host network: name resolution may live under /run (systemd-resolved)
             readonly = [*readonly, Path("/run/systemd/resolve")]
         inner += ["--", *argv]

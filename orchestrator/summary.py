@@ -1,9 +1,11 @@
 """The table printed at the end of a sweep: per task x agent x driver, the improvement over the base model: on the
-held-out final split first (where the task has one), then the best feedback score (the original benchmark's)."""
+held-out final split first (where the task has one), then the best feedback score (the original benchmark's), and what
+a cell cost: driver tokens and dollars, judge dollars, GPU-hours, and dollars per point gained (analysis/cost.py)."""
 from __future__ import annotations
 
 import sys
 
+from orchestrator.analysis.cost import ledger_costs
 from orchestrator.analysis.stats import mean_se
 from orchestrator.analysis.tables import mode_of
 from orchestrator.ledger import Ledger
@@ -27,6 +29,7 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
         if e["cell_id"] in wanted:
             for flag in set(e["payload"].get("flags") or []) & set(COUNTED_FLAGS):
                 flagged[e["cell_id"], flag] = flagged.get((e["cell_id"], flag), 0) + 1
+    costs = ledger_costs(ledger, cell_ids)
     out = []
     for (task, agent, driver), rows in sorted(groups.items()):
         scored = [r for r in rows if r["improvement"] is not None]
@@ -46,6 +49,9 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
             flags.append(f"contaminated x{n_flagged}")
         if len(scored) < len(rows):
             flags.append(f"{len(rows) - len(scored)} without a valid submission")
+        spent = [costs[r["cell_id"]] for r in rows]
+        gained = sum(r["improvement"] or 0.0 for r in rows)
+        usd, gpu_h = sum(c["cost_usd"] for c in spent), sum(c["gpu_hours"] for c in spent)
         held = [r for r in rows if r.get("final_improvement") is not None]
         held_mean, held_se = mean_se([r["final_improvement"] for r in held]) if held else (None, None)
         gap = mean_se([(r["improvement"] or 0.0) - r["final_improvement"] for r in held])[0] if held else None
@@ -53,14 +59,20 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
                     "held_out_mean": held_mean, "held_out_se": held_se, "n_held_out": len(held), "gap_mean": gap,
                     "baseline": baselines[0] if baselines else None,
                     "best_mean": sum(bests) / len(bests) if bests else None,
-                    "improvement_mean": mean, "improvement_se": se, "n_scored": len(scored), "flags": flags})
+                    "improvement_mean": mean, "improvement_se": se, "n_scored": len(scored), "flags": flags,
+                    # cost per cell (means), and per point of improvement (None: nothing gained)
+                    "driver_tokens": sum(c["driver_tokens"] for c in spent) / len(rows),
+                    "driver_cost_usd": sum(c["driver_cost_usd"] for c in spent) / len(rows),
+                    "judge_cost_usd": sum(c["judge_cost_usd"] for c in spent) / len(rows),
+                    "gpu_hours": gpu_h / len(rows), "usd_per_point": usd / gained if gained > 0 else None,
+                    "gpu_hours_per_point": gpu_h / gained if gained > 0 else None})
     return out
 
 
-def _f(x, signed=False) -> str:
+def _f(x, signed=False, digits=2) -> str:
     if x is None or x != x:
         return "-"
-    return f"{x:+.2f}" if signed else f"{x:.2f}"
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
 
 
 def print_summary(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> list[dict]:
@@ -68,7 +80,8 @@ def print_summary(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> list[d
     # name columns grow with long names, so they never run together
     w = {k: max([least, *(len(r[k]) + 2 for r in rows)]) for k, least in (("task", 16), ("agent", 12), ("driver", 12))}
     header = (f"{'task':<{w['task']}}{'agent':<{w['agent']}}{'driver':<{w['driver']}}{'cells':>6}  {'baseline':>8}  "
-              f"{'held-out (mean ± SEM)':<26}{'best':>7}  {'improvement (mean ± SEM)':<26}{'gap':>7}  flags")
+              f"{'held-out (mean ± SEM)':<26}{'best':>7}  {'improvement (mean ± SEM)':<26}{'gap':>7}  "
+              f"{'tokens':>9}  {'driver $':>9}  {'judge $':>8}  {'GPU-h':>6}  {'$/point':>8}  flags")
     print("\n" + header, file=out)
     print("-" * len(header), file=out)
     for r in rows:
@@ -80,7 +93,8 @@ def print_summary(ledger: Ledger, cell_ids: list[str], out=sys.stdout) -> list[d
         flags = "; ".join(r["flags"] + [status])
         print(f"{r['task']:<{w['task']}}{r['agent']:<{w['agent']}}{r['driver']:<{w['driver']}}{r['cells']:>6}  "
               f"{_f(r['baseline']):>8}  {held:<26}{_f(r['best_mean']):>7}  {imp:<26}{_f(r['gap_mean'], True):>7}  "
-              f"{flags}", file=out)
+              f"{r['driver_tokens']:>9.0f}  {r['driver_cost_usd']:>9.4f}  {r['judge_cost_usd']:>8.4f}  "
+              f"{r['gpu_hours']:>6.3f}  {_f(r['usd_per_point'], digits=4):>8}  {flags}", file=out)
     return rows
 
 

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -71,8 +72,6 @@ def task_material(task: TaskSpec, cache_dir: Path) -> Path:
 
     The orchestrator builds it before the trials start, so a cell only copies files (generating a train split
     can take seconds and import heavy packages)."""
-    import hashlib
-
     key = hashlib.sha256(json.dumps(task.identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
     folder = cache_dir / "tasks" / f"{task.name}-{key}"
     if (folder / "train.jsonl").exists():
@@ -81,14 +80,9 @@ def task_material(task: TaskSpec, cache_dir: Path) -> Path:
 
     built = build_task(task, cache_dir)
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "instructions.md").write_text(built.instructions())
-    with open(tmp / "train.jsonl", "w") as f:
-        for row in built.train_rows():
-            f.write(json.dumps(row) + "\n")
-    for name, text in built.evaluator_files().items():
-        (tmp / "eval").mkdir(exist_ok=True)
-        (tmp / "eval" / name).write_text(text)
+    for name, text in built.given_texts().items():  # what the grader also knows as given (contamination)
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_text(text)
     try:
         os.rename(tmp, folder)  # atomic: concurrent builders race harmlessly
     except OSError:
@@ -130,6 +124,22 @@ def materialise(workspace: Path, cell: CellSpec, *, material: Path, base_model_d
     }
     (workspace / "run.json").write_text(json.dumps(run, indent=2))
     return workspace
+
+
+def given_digests(workspace: Path) -> dict[str, str]:
+    """{path in the workspace: sha256} of every file in it, links not followed: taken before the agent starts, what
+    a2rl gave it (the grader's contamination scan reads those files, while unchanged, as given text)."""
+    out = {}
+    for root, _, files, root_fd in os.fwalk(workspace, follow_symlinks=False):
+        for name in files:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+            except OSError:  # a link
+                continue
+            with os.fdopen(fd, "rb") as f:
+                out[os.path.relpath(os.path.join(root, name), workspace)] = \
+                    hashlib.file_digest(f, "sha256").hexdigest()
+    return out
 
 
 def agent_env(workspace: Path, run: dict, cpus: float, inherit: Mapping[str, str] | None = None) -> dict:

@@ -217,6 +217,8 @@ def test_cli_completes_and_its_submission_reaches_the_ledger(main_run, agent, dr
     assert status["tokens_used"] == 1050 * status["driver_calls"], status  # the proxy's meter, call by call
     outcome = json.loads((adir / "outcome.json").read_text())
     assert outcome["agent_version"] == pins()[agent].rpartition("@")[2]
+    # its session stores in its HOME hold the prompt (the instructions with their examples): given text, no alarm
+    assert not row["contaminated"] and outcome["contamination"] == [], outcome["contamination"]
     assert outcome["driver_usage"]["calls"] == len(driver_calls(events))
 
 

@@ -139,7 +139,8 @@ def test_plan_and_summary_columns_fit_long_names(monkeypatch):
     row = {"task": "alfworld_small", "agent": "sft_grpo_alfworld", "driver": "none", "cells": 1, "baseline": 0.0,
            "best_mean": 12.5, "improvement_mean": 12.5, "improvement_se": None, "n_scored": 1, "flags": [],
            "statuses": {"completed": 1}, "held_out_mean": 11.0, "held_out_se": None, "n_held_out": 1,
-           "gap_mean": 1.5}
+           "gap_mean": 1.5, "driver_tokens": 0.0, "driver_cost_usd": 0.0, "judge_cost_usd": 0.0, "gpu_hours": 0.5,
+           "usd_per_point": None, "gpu_hours_per_point": 0.04}
     monkeypatch.setattr(summary, "summary_rows", lambda ledger, cell_ids: [row])
     out = io.StringIO()
     summary.print_summary(None, [], out=out)

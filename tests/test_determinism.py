@@ -1,6 +1,7 @@
 """Determinism, stated: the same weights get the same score. Grading decodes greedily and batching changes no reply,
 so two evaluations of one model (fresh backends, other batch sizes, either split) agree item by item, for a
-single-turn task and an interactive one. (An LLM judge through a provider is the exception: see the README.)"""
+single-turn task and an interactive one. (An LLM judge through a provider is the exception: see docs/grading.md,
+determinism.)"""
 from __future__ import annotations
 
 import pytest

@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from contracts.records import read_jsonl
 from orchestrator.ledger import Ledger
 
 PROBE = r'''
@@ -314,7 +315,8 @@ def test_isolated_network_reaches_only_the_forwarded_address_and_the_allowlist(t
     proc = sandbox.start([sys.executable, "probe.py"], workspace, {"PATH": "/usr/bin:/bin", "HOME": str(workspace)},
                          tmp_path / "out", tmp_path / "err", sandboxed=True, hidden=[Path("/tmp"), Path.home()],
                          readonly=sandbox.python_paths(), settings=settings, cell_id="a110c8000000",
-                         forward=[("127.0.0.1", grading)], memory_bytes=2 << 30)
+                         forward=[("127.0.0.1", grading)], memory_bytes=2 << 30,
+                         network_log=tmp_path / "network.jsonl")
     try:
         proc.popen.wait(timeout=120)
     finally:
@@ -327,6 +329,9 @@ def test_isolated_network_reaches_only_the_forwarded_address_and_the_allowlist(t
     assert lines.get("GRADING") == "OK" and lines.get("INDEX_VIA_PROXY") == "OK", text + (tmp_path / "err").read_text()
     assert lines["OTHER_VIA_PROXY"] == "HTTPError403"  # the proxy names what it refused
     assert lines["INDEX_DIRECT"] != "OK" and lines["OTHER_DIRECT"] != "OK"
+    # what went through the proxy is on record (what a trace audit reads): reached, and refused
+    seen = [(r["method"], r["port"], r["allowed"], r["status"]) for r in read_jsonl(tmp_path / "network.jsonl")]
+    assert seen == [("GET", str(index), True, 200), ("GET", str(other), False, 403)]
     assert not any(subprocess.run(["pgrep", "-f", "probe.py"], capture_output=True).stdout.split())
 
 

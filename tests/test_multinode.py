@@ -108,7 +108,7 @@ def test_two_sweeps_on_three_nodes_a_dead_node_and_a_restarted_orchestrator(clus
                                                ["sweep.budget.gpus=1", "sweep.seeds=[0]"]),
                                  cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # The GPU cell first: a CPU-only cell may land on the GPU node, and with a grader there it would take the
-    # CPUs the GPU cell needs (Ray places by resources only), which the cell would then wait for (README, many
+    # CPUs the GPU cell needs (Ray places by resources only), which the cell would then wait for (docs/running.md, many
     # machines: give GPU nodes CPUs for their GPU cells).
     wait_for(lambda: attempts(gpu_out), 600, gpu_sweep)
     cpu_cmd = sweep_command(cluster, cache_dir, cpu_out, agent, "gated", [])

@@ -24,8 +24,26 @@ def test_wandb_offline_run_per_cell(run_sweep):
         cell_id = next(c for c in cells if c.encode() in data)
         seed = cells[cell_id]["seed"]
         for expected in (b"agent:copy_base", b"driver:none", b"task:arithmetic", f"seed:{seed}".encode(),
-                         b"smoke", b"submission/score", b"submission/best", b"submission/index", b"elapsed_s"):
+                         b"smoke", b"submission/score", b"submission/best", b"submission/index", b"elapsed_s",
+                         b"cost/driver_cost_usd", b"cost/judge_cost_usd", b"cost/gpu_hours"):
             assert expected in data, (expected, path)
+
+    # The manifest was written before the first cell started, and a resumed run with another seed is kept beside it
+    first = json.loads((out / "manifest.json").read_text())
+    assert (out / "manifest.json").stat().st_mtime < min(c["started_at"] for c in cells.values())
+    assert first["seeds"] == [0, 1] and len(first["cells"]) == 2 and first["a2rl"]["commit"]
+    assert first["tasks"]["arithmetic"]["protocol"] == "a2rl" and first["sandbox"]["network"] == "isolated"
+    assert first["hardware"]["cpus"] and first["hardware"]["cluster"]["CPU"] > 0
+    _, text, _ = run_sweep(["sweep=smoke", "sweep.agents=[copy_base]", "sweep.seeds=[0,1,2]"], out)
+    assert "differs from the sweep's first (manifest.json) in cells, " in text and "recorded in manifest-2.json" in text
+    assert json.loads((out / "manifest.json").read_text()) == first
+    assert json.loads((out / "manifest-2.json").read_text())["seeds"] == [0, 1, 2]
+    from orchestrator.analysis.report import build_report
+
+    report = (build_report(out, n_boot=100) / "report.md").read_text()
+    assert "Written before the first cell started: [manifest.json](../manifest.json)" in report
+    assert "[manifest-2.json](../manifest-2.json)" in report and "`config.sweep.seeds`" in report
+    assert "`seeds`" in report and "`a2rl.commit`" not in report
 
 
 def test_demo_sweep_sft_beats_the_base_model_and_copy_is_flagged(run_sweep):

@@ -46,7 +46,7 @@ class RdAgent(PythonCli):
             return (f"rdagent {version} cannot run a2rl cells: {UNRUNNABLE[version]}. Needed: an RD-Agent release "
                     "whose RL scenario implements those methods and whose runner sends `Authorization: Bearer "
                     "$A2RL_RUN_TOKEN`; pin it with agent.version=... (agents/cli/rdagent.py). Meanwhile a fixed "
-                    "checkout can run as a command agent with +agent.needs_driver=true (agents/README.md, section 7)")
+                    "checkout can run as a command agent with +agent.needs_driver=true (docs/agents.md, section 7)")
         return None
 
     def launch(self, ctx: Context) -> Launch:

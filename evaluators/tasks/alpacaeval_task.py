@@ -205,6 +205,15 @@ what the win rate would be if your outputs were as long as the reference's), ove
 
         return [Path(constants.HF_HUB_CACHE) / f"datasets--{self.eval_data.replace('/', '--')}"]
 
+    def data_files(self) -> list[Path]:
+        """The eval set's copy and the train set's (a local path, or its entry in the Hugging Face cache)."""
+        from huggingface_hub import constants
+
+        local = Path(self.train_data).expanduser()
+        train = local.resolve() if local.exists() else \
+            Path(constants.HF_HUB_CACHE) / f"datasets--{self.train_data.replace('/', '--')}"
+        return [*self.hidden_paths(), train]
+
     def missing_data(self) -> list[str]:
         out = []
         for what, source, probe in (("eval set", self.eval_data, self.eval_file),

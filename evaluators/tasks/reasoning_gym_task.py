@@ -105,13 +105,17 @@ class ReasoningGymTask(Task):
     @cached_property
     def _hidden(self) -> tuple[list[dict], list[dict]]:
         """(feedback split, final split): drawn from the secret seeds, the final questions after the feedback ones
-        (so a final split leaves the feedback split as it was), none of them in train or twice."""
+        (so a final split leaves the feedback split as it was), none of them in train, in the instructions (the
+        description's examples, e.g. arithmetic's "What is 7 * 3?", are shown to every agent) or twice."""
+        from evaluators.contamination import phrase
+
         seen = {row["prompt"] for row in self._train}
+        shown = phrase(self.instructions())
         wanted, rows = self.eval_size + self.final_size, []
         for item in self._generate(self.secret_eval_seed(), wanted * EVAL_DRAWS_PER_ITEM):
             split, index = ("eval", len(rows)) if len(rows) < self.eval_size else ("final", len(rows) - self.eval_size)
             row = self._row(split, index, item)
-            if row["prompt"] in seen:
+            if row["prompt"] in seen or phrase(row["prompt"]) in shown:
                 continue
             seen.add(row["prompt"])
             rows.append(row)

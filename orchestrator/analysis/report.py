@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from contracts.records import read_jsonl
-from orchestrator.analysis import curves, figures, run_report, run_summary, stats, tables
-from orchestrator.analysis.report_markdown import SUMMARY_COLUMNS, render_markdown
+from orchestrator import manifest
+from orchestrator.analysis import audit, cost, curves, figures, run_report, run_summary, stats, tables
+from orchestrator.analysis.report_markdown import AUDIT_COLUMNS, SUMMARY_COLUMNS, render_markdown
 
 GROUP = tables.GROUP
 OUTPUT_PATTERNS = ("report.md", "*.png", "*.parquet")
@@ -24,11 +25,14 @@ OUTPUT_PATTERNS = ("report.md", "*.png", "*.parquet")
 
 def build_report(output_dir: str | Path, filters: dict | None = None, wandb_cfg: dict | None = None, *,
                  success_threshold: float = 0.0, n_boot: int = 10_000, seed: int = 0,
-                 summarizer: run_summary.Summarizer | None = None) -> Path:
+                 summarizer: run_summary.Summarizer | None = None,
+                 auditor: run_summary.Summarizer | None = None) -> Path:
     """Write OUTPUT_DIR/report/ and return its path. filters: task, agent, driver, sweep, seed (one value or
     a list each). wandb_cfg: the logger config ({kind, project, entity, mode}); None or kind "none": no W&B.
     success_threshold: pass@k counts a run as a success when its improvement is strictly above it.
-    summarizer: a driver writes each finished cell's run summary (None: none is asked; those written are shown)."""
+    summarizer: a driver writes each finished cell's run summary (None: none is asked; those written are shown).
+    auditor: a driver audits each finished cell's trace for misuse beside the deterministic findings (audit.py;
+    None: no audit is run; those written are shown)."""
     output_dir = Path(output_dir)
     cells, events = tables.load(output_dir, filters)
     report_dir = output_dir / "report"
@@ -40,10 +44,17 @@ def build_report(output_dir: str | Path, filters: dict | None = None, wandb_cfg:
     by_cell = _events_by_cell(events)
     cells, reports = _with_cell_reports(output_dir, cells, by_cell)
     out = compute_tables(cells, events, success_threshold=success_threshold, n_boot=n_boot, seed=seed)
+    out["manifest"] = manifest.summary(output_dir)
     # After the run reports, which stay as they are whatever a driver answers.
     finished = {cid: r for cid, r in reports.items() if r["status"] in tables.FINISHED_STATUSES}
     asked = run_summary.summarize(output_dir, finished, by_cell, summarizer) if summarizer else []
     out["tables"]["summaries"] = _summaries_table(output_dir, cells, asked)
+    if auditor:
+        models = {row.cell_id: (json.loads(row.spec).get("driver") or {}).get("model") for row in cells.itertuples()}
+        out["audit_calls"] = audit.audit(output_dir, finished, by_cell, auditor, models)
+    out["audits"] = {cid: kept for cid in cells["cell_id"]
+                     if (kept := audit.read_audit(output_dir / "cells" / cid)) is not None}
+    out["tables"]["audit"] = audit_table(out["audits"])
     figure_paths = _write_figures(out, report_dir)
 
     cells.to_parquet(report_dir / "cells.parquet", index=False)
@@ -116,6 +127,24 @@ def _summaries_table(output_dir: Path, cells: pd.DataFrame, asked: list[dict]) -
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
+def audit_table(audits: dict[str, dict]) -> pd.DataFrame:
+    """One row per audited cell (audits: cell id -> its audit.json) and checklist item: the deterministic findings
+    (how many, from which records) and the LLM's verdict with its quotes (how many were found verbatim in what it
+    read)."""
+    rows = []
+    for cid, kept in audits.items():
+        for item in audit.CHECKLIST:
+            found = kept["findings"].get(item) or []
+            said = (kept.get("verdict") or {}).get(item) or {}
+            quotes = said.get("evidence") or []
+            rows.append({"cell_id": cid, "item": item, "findings": len(found),
+                         "sources": ",".join(sorted({f["source"] for f in found})), "verdict": said.get("verdict"),
+                         "quotes": len(quotes), "quotes_found": sum(q["quote_found"] for q in quotes),
+                         "reason": said.get("reason"), "driver": kept.get("driver"), "model": kept.get("model"),
+                         "error": kept.get("error")})
+    return pd.DataFrame(rows, columns=AUDIT_COLUMNS)
+
+
 def _summary_texts(output_dir: Path, summaries: pd.DataFrame) -> dict[str, dict]:
     return {cid: kept for cid in summaries["cell_id"]
             if (kept := run_summary.read_summary(output_dir / "cells" / cid)) is not None}
@@ -129,8 +158,9 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
     improvement, pooled, best_of_k, pass_k = [], [], [], []
     for policy, r in runs.items():
         improvement.append(stats.group_summary(r, GROUP, n_boot=n_boot, seed=seed, groups=all_groups)
-                           .assign(infra_errors=policy))
-        pooled.append(stats.pooled_summary(r, ["agent", "driver"], cluster="task").assign(infra_errors=policy))
+                           .merge(cost.group_costs(r, GROUP), on=GROUP, how="left").assign(infra_errors=policy))
+        pooled.append(pooled_with_anchored(r).merge(cost.group_costs(r, ["agent", "driver"]), on=["agent", "driver"],
+                                                    how="left").assign(infra_errors=policy))
         best_of_k.append(stats.best_of_k_table(r, GROUP, groups=all_groups).assign(infra_errors=policy))
         pass_k.append(stats.pass_at_k_table(r, GROUP, success_threshold, groups=all_groups)
                       .assign(infra_errors=policy))
@@ -145,7 +175,8 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
     held_out = stats.group_summary(held, GROUP, "final", n_boot=n_boot, seed=seed).merge(
         stats.group_summary(held, GROUP, "gap", n_boot=n_boot, seed=seed).drop(columns=["n", "note"]),
         on=GROUP, suffixes=("", "_gap")).merge(held.groupby(GROUP)["feedback"].mean().rename("feedback_mean")
-                                              .reset_index(), on=GROUP, how="left")
+                                              .reset_index(), on=GROUP, how="left") \
+        .merge(cost.group_costs(held, GROUP, "final"), on=GROUP, how="left")
 
     done = cells[cells["status"].isin(tables.FINISHED_STATUSES)]
     failure_classes = (done.groupby(["agent", "driver", "outcome_class"]).size().rename("n").reset_index()
@@ -162,6 +193,7 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
             "held_out": held_out,
             "improvement": improvement,
             "pooled": pd.concat(pooled, ignore_index=True),
+            "references": references_table(cells),
             "best_of_k": pd.concat(best_of_k, ignore_index=True),
             "pass_at_k": pd.concat(pass_k, ignore_index=True),
             "failure_classes": failure_classes,
@@ -169,6 +201,38 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
             **tables_out,
         },
     }
+
+
+def pooled_with_anchored(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per agent x driver, pooled across tasks with SEs clustered by task: the raw improvement over every task, and
+    beside it the anchored one (0 = baseline, 1 = the task's reference) over the tasks that have a reference."""
+    raw = stats.pooled_summary(runs, ["agent", "driver"], cluster="task")
+    anchorable = runs[runs["anchored_value"].notna()] if "anchored_value" in runs else runs.iloc[:0]
+    if not len(anchorable):
+        return raw.assign(anchored_n=0, anchored_n_clusters=0, anchored_mean=float("nan"),
+                          anchored_clustered_se=float("nan"), anchored_note="no task has a reference_score")
+    anchored = stats.pooled_summary(anchorable, ["agent", "driver"], cluster="task", value="anchored_value") \
+        .rename(columns={"n": "anchored_n", "n_clusters": "anchored_n_clusters", "mean": "anchored_mean",
+                         "clustered_se": "anchored_clustered_se", "note": "anchored_note"})
+    out = raw.merge(anchored, on=["agent", "driver"], how="left")
+    out["anchored_n"] = out["anchored_n"].fillna(0).astype(int)
+    out["anchored_n_clusters"] = out["anchored_n_clusters"].fillna(0).astype(int)
+    out["anchored_note"] = out["anchored_note"].fillna("no task of these runs has a reference_score")
+    return out
+
+
+def references_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per task: its baseline (feedback split), reference score and the reference's source; tasks without one too."""
+    cols = ["task", "baseline", "reference_score", "reference_source"]
+    if not len(cells):
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for task, g in cells.groupby("task", sort=True):
+        baseline = g["baseline_score"].dropna()
+        rows.append({"task": task, "baseline": float(baseline.iloc[0]) if len(baseline) else float("nan"),
+                     "reference_score": g["reference_score"].iloc[0],
+                     "reference_source": g["reference_source"].iloc[0]})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _reprompting(cells: pd.DataFrame) -> bool:
@@ -235,5 +299,7 @@ def log_to_wandb(output_dir: Path, cells: pd.DataFrame, out: dict, figure_paths:
         logged.update({f"figure/{path.stem}": wandb.Image(str(path)) for path in figure_paths})
         run.log(logged)
         run.summary.update({f"cells/{k}": v for k, v in out["progress"].items() if k != "by_status"})
+        run.summary.update({f"cost/{k}": float(cells[k].sum()) for k in ("driver_tokens", "driver_cost_usd",
+                                                                          "judge_cost_usd", "gpu_hours", "cost_usd")})
     finally:
         run.finish()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.analysis import run_report, run_summary, tables
+from orchestrator.analysis import audit, run_report, run_summary, tables
 from orchestrator.analysis.markdown import MISSING, fmt, md_table
 
 GROUP = tables.GROUP
@@ -13,6 +13,48 @@ GROUP = tables.GROUP
 SUMMARY_COLUMNS = ["cell_id", "status", "driver", "model", "input_tokens", "output_tokens", "cached_tokens",
                    "cost_usd", "error", "summary_input_tokens", "summary_output_tokens", "summary_cost_usd",
                    "recorded_input_tokens", "recorded_output_tokens", "recorded_cost_usd", "recorded_calls"]
+# the columns of the audit table (report.audit_table makes it)
+AUDIT_COLUMNS = ["cell_id", "item", "findings", "sources", "verdict", "quotes", "quotes_found", "reason", "driver",
+                 "model", "error"]
+
+
+def _misuse_section(cells: pd.DataFrame, table: pd.DataFrame, audits: dict[str, dict]) -> list[str]:
+    """Per audited cell with a finding or a "yes": each checklist item's deterministic evidence (quoted, with where
+    it was seen) and the LLM's verdict beside it (its quotes marked when they are not in what it read)."""
+    if not len(table):
+        return []
+    lines = ["## Misuse (trace audit)", "",
+             "Each finished cell's records checked against a fixed checklist: "
+             + "; ".join(f"**{k}**: {v}" for k, v in audit.CHECKLIST.items()) + ". Deterministic evidence first "
+             "(patterns in the agent's trace and code snapshots, the sandbox's HTTP proxy log of reached and refused "
+             "hosts, the driver proxy's log, the grader's flags), then an LLM's verdict with its quotes beside it, "
+             "never instead (a quote not found verbatim in what it read is marked).", ""]
+    audited = table["cell_id"].nunique()
+    suspect = table[(table["findings"] > 0) | (table["verdict"] == "yes")]
+    labels = cells.set_index("cell_id")
+    if not len(suspect):
+        return lines + [f"Nothing found in the {audited} audited cells, by either layer.", ""]
+    lines += [f"{suspect['cell_id'].nunique()} of {audited} audited cells have a finding or a \"yes\":", ""]
+    for cid, g in suspect.groupby("cell_id", sort=True):
+        c, kept = labels.loc[cid], audits[cid]
+        lines += [f"### {c.task} / {c.agent} / {c.driver}, seed {c.seed}: cell {cid}", ""]
+        if kept.get("error"):
+            lines += [f"The LLM's verdict failed ({kept['error']})"
+                      + ("; the verdict shown is an earlier one." if kept.get("verdict_is_earlier") else "."), ""]
+        rows = []
+        for r in g.itertuples(index=False):
+            found = kept["findings"][r.item]
+            said = (kept.get("verdict") or {}).get(r.item) or {}
+            shown = [f for i, f in enumerate(found) if sum(g["source"] == f["source"] for g in found[:i]) < 2]
+            evidence = "<br>".join(f"[{f['source']}, {f['where']}] `{f['quote'][:160]}`" for f in shown) or "none"
+            quotes = "<br>".join(f"`{q['quote'][:160]}`" + ("" if q["quote_found"] else " (**not in the materials**)")
+                                 for q in (said.get("evidence") or [])[:3])
+            verdict = f"**{said['verdict']}**" if said.get("verdict") == "yes" else (said.get("verdict") or "-")
+            rows.append([r.item, evidence, verdict, quotes or "-", (said.get("reason") or "").replace("|", "/")])
+        lines += [md_table(["item", "deterministic evidence", "LLM verdict", "LLM's quotes", "LLM's reason"], rows),
+                  "", f"The LLM: {kept.get('driver')} ({kept.get('model')}); cells/{cid}/audit.json has every finding.",
+                  ""]
+    return lines
 
 
 def _ci(lo, hi) -> str:
@@ -51,6 +93,59 @@ def _contamination_section(cells: pd.DataFrame) -> list[str]:
                                       "best feedback (unflagged)"], rows), "",
                     f"{len(flagged)} of {len(checked)} runs flagged: hidden eval items were found in what they wrote "
                     "(each cell's outcome names the file, item and overlap).", ""]
+
+
+def _usd(value) -> str:
+    return MISSING if value is None or pd.isna(value) else f"${value:.4f}"
+
+
+def _cost_section(improvement: pd.DataFrame) -> list[str]:
+    """Per group, what a run cost on average and what a point of improvement cost (all runs: infra errors cost too)."""
+    lines = ["## Cost (per task x agent x driver x training mode)", ""]
+    every = improvement[(improvement["infra_errors"] == "failure") & (improvement["cost_runs"].fillna(0) > 0)] \
+        if len(improvement) else improvement
+    if not len(every):
+        return lines + ["No finished cells yet.", ""]
+    rows = [list(r[:len(GROUP)]) + [int(r.cost_runs), fmt(r.driver_tokens_mean, 0), _usd(r.driver_cost_usd_mean),
+                                    _usd(r.judge_cost_usd_mean), fmt(r.gpu_hours_mean, 3), _usd(r.cost_usd_total),
+                                    _usd(r.usd_per_point), fmt(r.gpu_hours_per_point, 4)]
+            for r in every.itertuples(index=False)]
+    return lines + [md_table(GROUP + ["runs", "driver tokens / run", "driver $ / run", "judge $ / run",
+                                      "GPU-h / run", "$ in all", "$ per point", "GPU-h per point"], rows), "",
+                    "Driver tokens and dollars as the driver proxy metered them, the LLM judge's dollars (its calls "
+                    "through the same proxy, never charged to the agent), and GPU-hours reserved (budget.gpus x the "
+                    "cell's wall time). Per point: all of the group's dollars (GPU-hours) over all of its best "
+                    f"feedback improvement, where that is positive ({MISSING}: nothing gained). Infra errors "
+                    "counted.", ""]
+
+
+def _manifest_section(info: dict | None) -> list[str]:
+    """Where the sweep's configuration was written down before it ran, what it says in brief, and how a resumed
+    run's configuration differed (orchestrator/manifest.py)."""
+    lines = ["## Configuration", ""]
+    if info is None:
+        return lines + ["This sweep wrote no manifest (it ran before a2rl wrote them): its configuration is not on "
+                        "record beyond each cell's spec.", ""]
+    m = info["manifest"]
+    a2rl, hw = m.get("a2rl") or {}, m.get("hardware") or {}
+    commit = (a2rl.get("commit") or "unknown")[:12]
+    tree = {True: " (uncommitted changes in the tree)", False: " (clean tree)"}.get(a2rl.get("dirty"), "")
+    gpus = ", ".join(g["name"] for g in hw.get("gpus") or []) or "no GPU"
+    hashed = sum(len(t.get("data_files") or {}) for t in (m.get("tasks") or {}).values())
+    sandbox = m.get("sandbox") or {}
+    drivers = ", ".join(f"{name} ({d.get('model')})" for name, d in (m.get("drivers") or {}).items())
+    lines += [f"Written before the first cell started: [{info['file']}](../{info['file']}) ({m.get('written_at')}): "
+              f"a2rl {commit}{tree}; {len(m.get('cells') or [])} cells, seeds {m.get('seeds')}; "
+              f"{len(m.get('tasks') or {})} tasks ({hashed} data sources hashed); "
+              f"drivers {drivers or 'none'}; "
+              f"sandbox network {sandbox.get('network')}, allowlist {sandbox.get('allow') or 'empty'}; "
+              f"{hw.get('cpus')} x {hw.get('cpu')}, {hw.get('memory_gb')} GB, {gpus}.", ""]
+    for later in info["later"]:
+        keys = later["differences"]
+        lines += [f"**A resumed run was configured differently**: [{later['file']}](../{later['file']}) "
+                  f"({later['written_at']}) differs from {info['file']} in {len(keys)} keys: "
+                  + ", ".join(f"`{k}`" for k in keys[:30]) + (" ..." if len(keys) > 30 else "") + ".", ""]
+    return lines
 
 
 def _summaries_section(cells: pd.DataFrame, table: pd.DataFrame, texts: dict[str, dict],
@@ -112,6 +207,7 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
         "submission counts 0 (the base model stands). Only a cell's final attempt counts. Infra errors are the "
         "system's fault: results are given counting them as failures (0) and excluding them.",
         "",
+        *_manifest_section(out.get("manifest")),
         "## Held-out final score (per task x agent x driver x training mode, over seeds)",
         "",
     ]
@@ -157,13 +253,26 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
     else:
         lines += ["No finished cells yet.", ""]
 
+    lines += _cost_section(imp)
     lines += ["## Pooled across tasks (SE clustered by task)", ""]
     pooled = t["pooled"]
     if len(pooled):
         rows = [[r.agent, r.driver, r.infra_errors, r.n_clusters, r.n, fmt(r.mean, signed=True),
-                 fmt(r.clustered_se), r.note] for r in pooled.itertuples()]
-        lines += [md_table(["agent", "driver", "infra errors", "tasks", "runs", "mean", "clustered SE", "note"],
-                           rows), ""]
+                 fmt(r.clustered_se), r.anchored_n_clusters, r.anchored_n, fmt(r.anchored_mean, signed=True),
+                 fmt(r.anchored_clustered_se), _usd(r.cost_usd_mean), _usd(r.usd_per_point),
+                 fmt(r.gpu_hours_per_point), "; ".join(n for n in (r.note, r.anchored_note) if n)]
+                for r in pooled.itertuples()]
+        lines += [md_table(["agent", "driver", "infra errors", "tasks", "runs", "mean", "clustered SE",
+                            "anchored tasks", "anchored runs", "anchored mean", "anchored clustered SE", "$ per run",
+                            "$ per point", "GPU-h per point", "note"], rows), "",
+                  "Raw: improvements in each task's own points, pooled over every task. Anchored: each run's "
+                  "improvement over (reference - baseline), 0 at the base model and 1 at the task's reference score, "
+                  "pooled over the tasks that have one, so an easy task's points do not outweigh a hard task's.", ""]
+        refs = t["references"]
+        rows = [[r.task, fmt(r.baseline), fmt(r.reference_score),
+                 r.reference_source if isinstance(r.reference_source, str) else "none: not anchored"]
+                for r in refs.itertuples()]
+        lines += [md_table(["task", "baseline", "reference", "source"], rows), ""]
     else:
         lines += ["No finished cells yet.", ""]
 
@@ -217,13 +326,17 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
 
     lines += ["## Cells", ""]
     rows = [[r.cell_id if r.status == "pending" else f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task,
-             r.agent, r.driver, r.seed, r.status, fmt(r.improvement, signed=True), r.n_submissions, r.outcome_class]
+             r.agent, r.driver, r.seed, r.status, fmt(r.improvement, signed=True), fmt(r.anchored, signed=True),
+             r.n_submissions, r.outcome_class, r.driver_tokens, _usd(r.driver_cost_usd), _usd(r.judge_cost_usd),
+             fmt(r.gpu_hours, 3)]
             + ([f"[summary](../cells/{r.cell_id}/summary.md)" if r.cell_id in summaries else ""] if summaries else [])
             for r in cells.itertuples()]
-    lines += [md_table(["cell", "task", "agent", "driver", "seed", "status", "improvement", "submissions",
-                        "outcome"] + (["LLM summary"] if summaries else []), rows), ""]
+    lines += [md_table(["cell", "task", "agent", "driver", "seed", "status", "improvement", "anchored", "submissions",
+                        "outcome", "driver tokens", "driver $", "judge $", "GPU-h"]
+                       + (["LLM summary"] if summaries else []), rows), ""]
     lines += _summaries_section(cells, t.get("summaries", pd.DataFrame(columns=SUMMARY_COLUMNS)), summaries,
                                 summarizer)
+    lines += _misuse_section(cells, t.get("audit", pd.DataFrame(columns=AUDIT_COLUMNS)), out.get("audits") or {})
 
     if figure_paths:
         lines += ["## Figures", ""] + [f"![{path.stem}]({path.name})" for path in figure_paths] + [""]

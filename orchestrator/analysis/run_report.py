@@ -11,6 +11,7 @@ from pathlib import Path
 
 from contracts.code_snapshots import diff_summary, search
 from orchestrator.analysis import tables
+from orchestrator.analysis.cost import cell_cost, metered_totals
 from orchestrator.analysis.markdown import fmt, md_table
 
 # Below this an improvement is float noise, not progress.
@@ -78,9 +79,8 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         exit_code = payloads["agent_exit"][-1]["payload"].get("exit_code")
     elapsed = _elapsed(cell, outcome, events)
     n_subs, n_valid = len(trajectory), sum(s["valid"] for s in trajectory)
-    tokens = sum((u["payload"].get("input_tokens") or 0) + (u["payload"].get("output_tokens") or 0)
-                 for u in payloads["driver_usage"])
-    cost = sum(u["payload"].get("cost_usd") or 0 for u in payloads["driver_usage"])
+    used = metered_totals(u["payload"] for u in payloads["driver_usage"])
+    tokens, cost = used["input_tokens"] + used["output_tokens"], used["cost_usd"]
     metered = bool(payloads["driver_usage"])
     best_is_copy = best_sub is not None and "copy_of_base" in best_sub["flags"]
 
@@ -122,6 +122,13 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         "budget_used": _budget_used(budget, elapsed, n_subs, tokens if metered else None, cost if metered else None),
         "trajectory": trajectory,
     }
+    # AutoLab's anchored score: 0 at the baseline, 1 at the task's reference score (None: the task has none)
+    reference = (spec.get("task") or {}).get("reference_score")
+    span = None if reference is None or report["baseline_score"] is None else reference - report["baseline_score"]
+    report["reference_score"] = reference
+    report["anchored"] = (best or 0.0) / span if span and span > 0 else None
+    report["cost"] = cell_cost(cell_dir / f"attempt-{attempt}" if cell_dir is not None and attempt else None,
+                               [u["payload"] for u in payloads["driver_usage"]], budget.get("gpus"), elapsed)
     report["outcome_class"] = classify(report, best_is_copy)
     report["failure_class"] = None if report["outcome_class"] == "improved" else report["outcome_class"]
     report["code_diff"] = _code_diff(cell_dir, trajectory, best_sub)
@@ -254,6 +261,10 @@ def render_markdown(r: dict) -> str:
            if r.get("working_s") is not None else ""),
         "- Budget used: " + ", ".join(f"{k} {fmt(v * 100, 0)}%" for k, v in used.items() if v is not None)
         + (f"; tokens {r['tokens']}, cost ${r['cost_usd']:.4f}" if r["tokens"] is not None else ""),
+        f"- Cost: driver ${r['cost']['driver_cost_usd']:.4f} ({r['cost']['driver_tokens']} tokens), judge "
+        f"${r['cost']['judge_cost_usd']:.4f}, {r['cost']['gpu_hours']:.3f} GPU-hours reserved"
+        + (f"; anchored score {fmt(r['anchored'], signed=True)} (reference {fmt(r['reference_score'])})"
+           if r.get("reference_score") is not None else ""),
     ]
     if r.get("final"):
         final = r["final"]

@@ -64,26 +64,26 @@ class Summarizer:
     retry: RetryPolicy
 
 
-def summarizer_from_config(analysis, driver_proxy) -> Summarizer | None:
-    """From the config's `analysis` (summarize: a conf/driver name, an inline driver config, or null) and
-    `driver_proxy` (its upstream retries). Mistakes are a ConfigError naming the key, before any cell is read."""
-    chosen = to_plain(analysis.summarize) if analysis.summarize is not None else None
+def summarizer_from_config(analysis, driver_proxy, key: str = "summarize") -> Summarizer | None:
+    """From the config's `analysis` (`key`, summarize or audit: a conf/driver name, an inline driver config, or null)
+    and `driver_proxy` (its upstream retries). Mistakes are a ConfigError naming the key, before any cell is read."""
+    chosen = to_plain(analysis.get(key))
     if chosen is None:
         return None
     from orchestrator.sweep import driver_spec, load_named
 
-    driver = load_named("driver", chosen, "analysis.summarize") if isinstance(chosen, str) \
-        else {"name": "analysis.summarize", **chosen}
+    where = f"analysis.{key}"
+    driver = load_named("driver", chosen, where) if isinstance(chosen, str) else {"name": where, **chosen}
     driver_spec(driver)  # provider and base_url, checked as an agent's driver's
     name = driver["name"]
     if driver.get("provider") not in CHAT_PROVIDERS:
-        raise ConfigError(f"analysis.summarize={name}: provider {driver.get('provider')!r} cannot write a summary; "
-                          f"name a driver with one of {', '.join(CHAT_PROVIDERS)}, or analysis.summarize=null")
+        raise ConfigError(f"{where}={name}: provider {driver.get('provider')!r} cannot read a run; name a driver "
+                          f"with one of {', '.join(CHAT_PROVIDERS)}, or {where}=null")
     env = driver.get("api_key_env")
     real_key = os.environ.get(env) if env else None
     if env and not real_key:
-        raise ConfigError(f"analysis.summarize={name}: the environment variable {env} (the driver's api_key_env) is "
-                          "not set; set it, or leave analysis.summarize=null")
+        raise ConfigError(f"{where}={name}: the environment variable {env} (the driver's api_key_env) is "
+                          f"not set; set it, or leave {where}=null")
     for knob in ("summary_max_tokens", "summary_max_diff_chars", "summary_max_trace_chars", "summary_concurrency"):
         if not isinstance(analysis[knob], int) or analysis[knob] < 1:
             raise ConfigError(f"analysis.{knob}={analysis[knob]!r} must be a whole number >= 1")
@@ -263,24 +263,12 @@ async def _one(cell_dir: Path, report: dict, events: list[dict], s: Summarizer, 
     if kept and kept.get("key") == key:
         return {**row, "status": "cached"}
     async with sem:
-        t0, start = time.time(), time.monotonic()
-        try:
-            text, usage, attempts, wait_s = await ask(client, s, SYSTEM, user)
-            failed = None
-        except SummaryFailed as e:
-            text, usage, attempts, wait_s, failed = None, e.usage, e.attempts, e.wait_s, e
-    cost = cost_usd(usage, s.driver)
-    line = {"t": t0, "kind": "analysis_usage", "purpose": "run_summary", "cell_id": report["cell_id"],
-            "driver": s.driver["name"], "provider": s.driver["provider"], "model": s.driver.get("model"),
-            "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-            "cached_tokens": usage.cached_tokens, "cost_usd": round(cost, 10),
-            "latency_s": round(time.monotonic() - start, 6), "wait_s": round(wait_s, 6), "attempts": attempts,
-            "status": failed.status if failed else 200, "error": _scrub(str(failed), s) if failed else None}
-    append_jsonl(cell_dir / ANALYSIS_CALLS, line)
+        text, usage, cost, error = await ask_metered(client, s, SYSTEM, user, cell_dir, report["cell_id"],
+                                                     "run_summary")
     row.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                cached_tokens=usage.cached_tokens, cost_usd=cost)
-    if failed:
-        return {**row, "status": "failed", "error": line["error"]}
+    if error:
+        return {**row, "status": "failed", "error": error}
     summary = {"key": key, "driver": s.driver["name"], "provider": s.driver["provider"],
                "model": s.driver.get("model"), "text": text, "input_tokens": usage.input_tokens,
                "output_tokens": usage.output_tokens, "cached_tokens": usage.cached_tokens, "cost_usd": cost,
@@ -288,6 +276,27 @@ async def _one(cell_dir: Path, report: dict, events: list[dict], s: Summarizer, 
     write_json_durably(cell_dir / SUMMARY_JSON, summary)
     (cell_dir / SUMMARY_MD).write_text(render_markdown(report, summary))
     return {**row, "status": "new"}
+
+
+async def ask_metered(client, s: Summarizer, system: str, user: str, cell_dir: Path, cell_id: str,
+                      purpose: str) -> tuple[str | None, Usage, float, str | None]:
+    """ask(), metered as analysis usage: one line (fsynced) in the cell's analysis_calls.jsonl whatever happened.
+    Returns (the reply's text or None, usage, cost, the error or None)."""
+    t0, start = time.time(), time.monotonic()
+    try:
+        text, usage, attempts, wait_s = await ask(client, s, system, user)
+        failed = None
+    except SummaryFailed as e:
+        text, usage, attempts, wait_s, failed = None, e.usage, e.attempts, e.wait_s, e
+    cost = cost_usd(usage, s.driver)
+    line = {"t": t0, "kind": "analysis_usage", "purpose": purpose, "cell_id": cell_id,
+            "driver": s.driver["name"], "provider": s.driver["provider"], "model": s.driver.get("model"),
+            "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+            "cached_tokens": usage.cached_tokens, "cost_usd": round(cost, 10),
+            "latency_s": round(time.monotonic() - start, 6), "wait_s": round(wait_s, 6), "attempts": attempts,
+            "status": failed.status if failed else 200, "error": _scrub(str(failed), s) if failed else None}
+    append_jsonl(cell_dir / ANALYSIS_CALLS, line)
+    return text, usage, cost, line["error"]
 
 
 def _scrub(text: str, s: Summarizer) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from contracts.specs import ConfigError
+from orchestrator.analysis import cost
 
 FINISHED_STATUSES = ("completed", "budget_exhausted", "agent_error", "infra_error")
 MISSING_STATUSES = ("pending", "running")
@@ -61,7 +62,7 @@ def load(output_dir: str | Path, filters: dict | None = None) -> tuple[pd.DataFr
     cells, events = read_ledger(output_dir)
     cells = filter_cells(cells, filters)
     events = events_frame(cells, events[events["cell_id"].isin(cells["cell_id"])])
-    return with_reprompts(cells_frame(cells), events), events
+    return cost.with_costs(Path(output_dir), with_reprompts(cells_frame(cells), events), events), events
 
 
 def filter_cells(cells: pd.DataFrame, filters: dict | None) -> pd.DataFrame:
@@ -100,7 +101,20 @@ def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
     for col in ("baseline_score", "best_score", "improvement", "started_at", "ended_at", "final_score",
                 "final_baseline_score", "final_improvement", "contaminated"):
         out[col] = out[col].astype(float) if col in out else float("nan")  # (a ledger from before held-out scores)
+    tasks = [spec.get("task") or {} for spec in specs]
+    out["reference_score"] = pd.array([t.get("reference_score") for t in tasks], dtype="Float64").astype(float)
+    out["reference_source"] = [t.get("reference_source") for t in tasks]
+    out["anchored"] = anchored(out["improvement"], out["baseline_score"], out["reference_score"])
+    out["final_anchored"] = anchored(out["final_improvement"], out["final_baseline_score"], out["reference_score"])
     return out.reset_index(drop=True)
+
+
+def anchored(improvement: pd.Series, baseline: pd.Series, reference: pd.Series) -> pd.Series:
+    """(score - baseline) / (reference - baseline): 0 at the base model, 1 at the task's reference score (AutoLab's
+    and RE-Bench's normalisation), so tasks of different difficulty pool. NaN where the task has no reference, the
+    reference is not above the baseline, or there is no improvement to anchor (no valid submission: see results)."""
+    span = reference - baseline
+    return (improvement / span.where(span > 0)).astype(float)
 
 
 def events_frame(cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
@@ -174,6 +188,12 @@ def results(cells: pd.DataFrame, infra_errors: str = "failure") -> pd.DataFrame:
     done = cells[cells["status"].isin(FINISHED_STATUSES)].copy()
     infra = done["status"] == "infra_error"
     done["value"] = np.where(infra, 0.0, done["improvement"].fillna(0.0).astype(float))
+    # the same on the anchored scale, for cells whose task has a reference above its baseline (a run without a
+    # valid submission, or an infra error counted as a failure, is 0 there too); NaN: not anchorable
+    if "anchored" in done:
+        anchorable = (done["reference_score"].notna() & (done["anchored"].notna() | (done["value"] == 0))
+                      & ~(done["reference_score"] <= done["baseline_score"]))
+        done["anchored_value"] = np.where(anchorable, np.where(done["value"] == 0, 0.0, done["anchored"]), np.nan)
     if infra_errors == "exclude":
         done = done[~infra]
     return done.reset_index(drop=True)
