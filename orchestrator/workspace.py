@@ -138,7 +138,7 @@ def given_digests(workspace: Path) -> dict[str, str]:
                 continue
             with os.fdopen(fd, "rb") as f:
                 out[os.path.relpath(os.path.join(root, name), workspace)] = \
-                    hashlib.file_digest(f, "sha256").hexdigest()
+                    hashlib.file_digest(f, "sha256").hexdigest()  # type: ignore[attr-defined]  # (3.11+)
     return out
 
 
