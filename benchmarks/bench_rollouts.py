@@ -5,16 +5,20 @@ environment in this process against the service (HTTP, Serve router, host actors
                                         [--hosts 2] [--episodes 64] [--horizon 20]
 
 Per environment: one session stepped one request at a time (POST /env/step) against one episode in process (steps/s,
-p50/p99 a step, the p50 overhead, and Serve's own part: GET /env/health); batches of 16 and 64 sessions stepped with
-one POST /env/step_batch each (steps/s, p50/p99 of a batch and per step); and a GRPO-shaped round, `episodes`
-episodes in lockstep to completion (done, or `horizon` steps) with a scripted policy, through the agent client
-(a2rl_client.Env: one reset batch, one step batch per lockstep step) against the same round in process. Also counts
-the run registry's lookups: routers check tokens against their snapshot of open runs, not the registry.
+p50/p99 a step, the p50 overhead; the same through the agent client with its kept connection and with a new connection
+a request; and the parts: Serve alone, GET /env/health, and the host's actor call alone); batches of 16 and 64
+sessions stepped with one POST /env/step_batch each (steps/s, p50/p99 of a batch and per step); and a GRPO-shaped
+round, `episodes` episodes in lockstep to completion (done, or `horizon` steps) with a scripted policy, through the
+agent client (a2rl_client.Env: one reset batch, one step batch per lockstep step) against the same round in process.
+Also counts the run registry's lookups: routers check tokens against their snapshot of open runs, not the registry.
 
 Starts its own Ray on 127.0.0.1 and Serve on a free loopback port; tasks are built (or found) under $A2RL_CACHE_DIR
 (default: a temp dir). The scripted policies never end an episode in the throughput phases (so no answer comes from a
 finished episode) and may end it in the round. RAY_SERVE_THROUGHPUT_OPTIMIZED=1 in the environment measures Serve's
-throughput settings. Prints a table and one JSON object.
+throughput settings (direct ingress, gRPC, user code on the replica's main loop; with it, a deployment handle called
+from synchronous code, as the orchestrator's close_run is, fails unless RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1).
+Per batch size it also counts the hosts' CPU seconds: steps per host CPU second against steps per CPU second in
+process is what the service costs per core, whatever else the machine runs. Prints a table and one JSON object.
 """
 from __future__ import annotations
 
@@ -39,7 +43,8 @@ WORDS = ["shampoo", "wireless headphones", "black", "gluten free coffee", "slim 
 def task_cfg(env: str, hosts: int, max_sessions: int) -> dict:
     from orchestrator.sweep import load_named
 
-    size = {"alfworld": {"n_train": 4, "n_eval": 1, "seed": 7},  # 64 sessions share 4 games: building one is slow
+    # 64 sessions share 4 ALFWorld games (building one is slow); the a2rl protocol: the paper's plays 50 steps a game
+    size = {"alfworld": {"n_train": 4, "n_eval": 1, "seed": 7, "protocol": "a2rl"},
             "webshop": {"n_products": 2000, "n_train": 64, "n_eval": 1, "eval_salt": "bench"},
             "deepsearchqa": {"eval_salt": "bench"}}[env]
     return {**load_named("task", env, "bench"), "name": f"{env}_bench", **size, "final_size": 0,
@@ -87,13 +92,15 @@ def in_process_steps(environment, policy: Scripted, steps: int) -> dict:
     episode = environment.open(environment.instances("train")[0])
     step = episode.reset()
     lat = []
+    cpu0 = time.process_time()
     for _ in range(steps):
         action = policy(list(step.actions or ()), rng, may_end=False)
         t = time.perf_counter()
         step = episode.step(action)
         lat.append(time.perf_counter() - t)
+    cpu_s = time.process_time() - cpu0
     episode.close()
-    return summary(lat, len(lat), sum(lat))
+    return {**summary(lat, len(lat), sum(lat)), "steps_per_cpu_s": round(steps / cpu_s, 1)}
 
 
 def service_steps(http, url: str, headers: dict, policy: Scripted, steps: int) -> dict:
@@ -113,6 +120,75 @@ def service_steps(http, url: str, headers: dict, policy: Scripted, steps: int) -
     return summary(lat, steps, wall)
 
 
+def service_processes(task_name: str) -> dict:
+    """The processes a request crosses, by part: Serve's HTTP proxy, the rollout routers, the hosts, and this one
+    (the client), as psutil handles: their CPU seconds are what each part costs, however loaded the machine is."""
+    import psutil
+    import ray
+
+    def pid(actor) -> int:
+        return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+
+    parts: dict[str, list] = {"proxy": [], "router": [], "hosts": []}
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        name = a["name"]
+        part = ("proxy" if name.startswith("SERVE_PROXY_ACTOR") else
+                "router" if name.startswith("SERVE_REPLICA") and f"rollouts-{task_name}" in name else
+                "hosts" if name.startswith(f"a2rl-env-{task_name}-") else None)
+        if part:
+            parts[part].append(psutil.Process(pid(ray.get_actor(name, namespace=a["namespace"]))))
+    return {**parts, "client": [psutil.Process()]}
+
+
+def cpu_seconds(processes: dict) -> dict:
+    return {part: sum(sum(p.cpu_times()[:2]) for p in procs) for part, procs in processes.items()}
+
+
+def cpu_ms_per_step(processes: dict, before: dict, steps: int) -> dict:
+    after = cpu_seconds(processes)
+    return {part: round(1000 * (after[part] - before[part]) / steps, 3) for part in before}
+
+
+def client_steps(url: str, token: str, policy: Scripted, steps: int, keep_alive: bool) -> dict:
+    """One session through the agent client's HTTP: a kept-open connection (a2rl_client.KeepAlive, what Env uses) or
+    a new connection a request (a2rl_client.http, urllib)."""
+    from agents.builtin import a2rl_client
+
+    keep = a2rl_client.KeepAlive(url, token)
+
+    def post(path: str, body: dict) -> dict:
+        code, answer = keep(path, body) if keep_alive else a2rl_client.http(url + path, token, body)
+        assert code == 200, (code, answer)
+        return answer
+
+    rng = random.Random(0)
+    s = post("/reset", {"game": 0})
+    lat = []
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        body = {"session_id": s["session_id"], "command": policy(s["admissible_commands"], rng, may_end=False)}
+        t = time.perf_counter()
+        s = {**s, **post("/step", body)}
+        lat.append(time.perf_counter() - t)
+    wall = time.perf_counter() - t0
+    post("/close", {"session_id": s["session_id"]})
+    return summary(lat, steps, wall)
+
+
+def host_alone(host, token: str, session_id: str, policy: Scripted, admissible: list[str], steps: int) -> dict:
+    """The host actor's call for one step, from this process: the actor round trip and the step, no HTTP, no Serve."""
+    import ray
+
+    rng = random.Random(0)
+    lat = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        (answer,) = ray.get(host.batch.remote("step", token, [(session_id, policy(admissible, rng, False))]))
+        lat.append(time.perf_counter() - t)
+        admissible = answer["admissible_commands"]
+    return {k: v for k, v in summary(lat, steps, sum(lat)).items() if k.startswith("step_ms")}
+
+
 def serve_alone(http, url: str, requests: int) -> dict:
     """GET /env/health: HTTP, Serve's proxy and the router, no host and no registry: Serve's own part of a step."""
     lat = []
@@ -123,7 +199,10 @@ def serve_alone(http, url: str, requests: int) -> dict:
     return {k: v for k, v in summary(lat, requests, sum(lat)).items() if k.startswith("step_ms")}
 
 
-def service_batches(http, url: str, headers: dict, policy: Scripted, n_games: int, size: int, rounds: int) -> dict:
+def service_batches(http, url: str, headers: dict, policy: Scripted, n_games: int, size: int, rounds: int,
+                    hosts: list, processes: dict) -> dict:
+    import ray
+
     rngs = [random.Random(i) for i in range(size)]
     r = http.post(url + "/reset_batch", json={"resets": [{"game": i % n_games} for i in range(size)]},
                   headers=headers)
@@ -131,6 +210,8 @@ def service_batches(http, url: str, headers: dict, policy: Scripted, n_games: in
     sessions = r.json()["results"]
     assert all(s["status"] == 200 for s in sessions), sessions
     lat = []
+    cpu0 = sum(h["cpu_s"] for h in ray.get([h.stats.remote() for h in hosts]))
+    before = cpu_seconds(processes)
     t0 = time.perf_counter()
     for _ in range(rounds):
         body = {"steps": [{"session_id": s["session_id"], "command": policy(s["admissible_commands"], rng, False)}
@@ -142,9 +223,14 @@ def service_batches(http, url: str, headers: dict, policy: Scripted, n_games: in
         sessions = [{**s, **a} for s, a in zip(sessions, r.json()["results"])]
         assert all(s["status"] == 200 for s in sessions), sessions
     wall = time.perf_counter() - t0
+    cpu_ms = cpu_ms_per_step(processes, before, rounds * size)
+    stats = ray.get([h.stats.remote() for h in hosts])
+    host_cpu_s = sum(h["cpu_s"] for h in stats) - cpu0
     for s in sessions:
         http.post(url + "/close", json={"session_id": s["session_id"]}, headers=headers)
-    return {"sessions": size, **summary(lat, rounds * size, wall, per=size)}
+    return {"sessions": size, **summary(lat, rounds * size, wall, per=size),
+            "steps_per_host_cpu_s": round(rounds * size / host_cpu_s, 1),
+            "host_peak_rss_mb": [h["peak_rss_mb"] for h in stats], "cpu_ms_per_step": cpu_ms}
 
 
 def round_in_process(environment, policy: Scripted, episodes: int, horizon: int) -> dict:
@@ -215,14 +301,29 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
         cell_id="bench", workspace="/nonexistent", records_dir="/nonexistent", code_repo="/nonexistent",
         started_at=time.time(), deadline=time.time() + 7200, max_submissions=1)))
     headers = {"Authorization": f"Bearer {token}"}
+    hosts = [ray.get_actor(h["name"], namespace="a2rl") for h in sorted(
+        ray.util.list_named_actors(all_namespaces=True), key=lambda h: h["name"])
+        if h["name"].startswith(f"a2rl-env-{cfg['name']}-")]  # "...-<index>": host 0 first (fewer than 10 hosts)
     with httpx.Client(timeout=600) as http:
         service_steps(http, url, headers, policy, 20)  # warm up connections, host code paths, caches
         looked_up = ray.get(registry.lookup_counts.remote())["get"]
         out["in_process"] = in_process_steps(environment, policy, a.steps)
+        processes = service_processes(cfg["name"])
+        before = cpu_seconds(processes)
         out["service_one_session"] = service_steps(http, url, headers, policy, a.steps)
+        out["service_one_session"]["cpu_ms_per_step"] = cpu_ms_per_step(processes, before, a.steps)
+        out["client_keep_alive"] = client_steps(url, token, policy, a.steps, keep_alive=True)
+        out["client_new_connections"] = client_steps(url, token, policy, a.steps, keep_alive=False)
         out["serve_alone"] = serve_alone(http, url, a.steps)
+        # The host's actor call alone, on a session of host 0 (a session id names its host: "<index>.<random>")
+        opened = http.post(url + "/reset_batch", json={"resets": [{"game": 0}] * a.hosts}, headers=headers)
+        (own,) = [r for r in opened.json()["results"] if r["session_id"].startswith("0.")]
+        out["host_alone"] = host_alone(hosts[0], token, own["session_id"], policy, own["admissible_commands"], a.steps)
+        for r in opened.json()["results"]:
+            http.post(url + "/close", json={"session_id": r["session_id"]}, headers=headers)
         out["service_batches"] = [service_batches(http, url, headers, policy, n_games, size,
-                                                  max(3, 2 * a.steps // size)) for size in a.batches]
+                                                  max(3, 2 * a.steps // size), hosts, processes)
+                                  for size in a.batches]
         stepped = out["service_one_session"]["steps"] + sum(b["steps"] for b in out["service_batches"])
         out["registry_gets_per_1000_steps"] = round(
             1000 * (ray.get(registry.lookup_counts.remote())["get"] - looked_up) / stepped, 2)
@@ -234,6 +335,12 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
         "one_session_vs_in_process": round(one["steps_per_s"] / ip["steps_per_s"], 3),
         "one_session_p50_overhead_ms": round(one["step_ms_p50"] - ip["step_ms_p50"], 2),
         "of_which_serve_alone_p50_ms": out["serve_alone"]["step_ms_p50"],
+        "of_which_host_call_p50_ms": round(out["host_alone"]["step_ms_p50"] - ip["step_ms_p50"], 2),
+        "client_keep_alive_p50_overhead_ms": round(out["client_keep_alive"]["step_ms_p50"] - ip["step_ms_p50"], 2),
+        "client_new_connections_p50_overhead_ms": round(
+            out["client_new_connections"]["step_ms_p50"] - ip["step_ms_p50"], 2),
+        **{f"batch{b['sessions']}_per_host_cpu_vs_in_process":
+           round(b["steps_per_host_cpu_s"] / ip["steps_per_cpu_s"], 3) for b in out["service_batches"]},
         **{f"batch{b['sessions']}_vs_in_process": round(b["steps_per_s"] / ip["steps_per_s"], 3)
            for b in out["service_batches"]},
         "round_service_over_in_process": round(out["round_service"]["wall_s"] / out["round_in_process"]["wall_s"],
@@ -250,12 +357,26 @@ def table(results: list[dict]) -> str:
     for r in results:
         ip = r["in_process"]
         rows.append((r["env"], "in process", ip["steps_per_s"], ip["step_ms_p50"], ip["step_ms_p99"], "", "1"))
-        one = r["service_one_session"]
-        rows.append(("", "service, 1 session", one["steps_per_s"], one["step_ms_p50"], one["step_ms_p99"],
-                     one["step_ms_p50"], r["ratios"]["one_session_vs_in_process"]))
+        rows.append(("", f"  CPU ms/step: {round(1000 / ip['steps_per_cpu_s'], 3)}", "", "", "", "", ""))
+        for what, key in [("service, 1 session (httpx)", "service_one_session"),
+                          ("  a2rl_client, kept connection", "client_keep_alive"),
+                          ("  a2rl_client, new connections", "client_new_connections")]:
+            one = r[key]
+            rows.append(("", what, one["steps_per_s"], one["step_ms_p50"], one["step_ms_p99"], one["step_ms_p50"],
+                         round(one["steps_per_s"] / ip["steps_per_s"], 3)))
+        rows.append(("", "  CPU ms/step: " + ", ".join(f"{k} {v}" for k, v in
+                                                      r["service_one_session"]["cpu_ms_per_step"].items()),
+                     "", "", "", "", ""))
+        for what, key in [("  of which Serve alone (GET /health)", "serve_alone"),
+                          ("  of which the host's actor call", "host_alone")]:
+            rows.append(("", what, "", r[key]["step_ms_p50"], r[key]["step_ms_p99"], "", ""))
         for b in r["service_batches"]:
             rows.append(("", f"service, batch of {b['sessions']}", b["steps_per_s"], b["step_ms_p50"],
                          b["step_ms_p99"], b["batch_ms_p50"], r["ratios"][f"batch{b['sessions']}_vs_in_process"]))
+            rows.append(("", "  per host CPU second", b["steps_per_host_cpu_s"], "", "", "",
+                         r["ratios"][f"batch{b['sessions']}_per_host_cpu_vs_in_process"]))
+            rows.append(("", "  CPU ms/step: " + ", ".join(f"{k} {v}" for k, v in b["cpu_ms_per_step"].items()),
+                         "", "", "", "", ""))
         rows.append(("", f"GRPO round ({r['round_service']['episodes']} episodes, {r['round_service']['steps']} "
                          "steps)", "", "", "", "", f"{r['round_service']['wall_s']} s vs "
                      f"{r['round_in_process']['wall_s']} s: {r['ratios']['round_service_over_in_process']}x"))

@@ -28,6 +28,18 @@ class Decoding:
         if self.repetition_penalty is not None and self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty={self.repetition_penalty} must be positive (1.0: none)")
 
+    def describe(self) -> str:
+        """How the grader decodes, for a task's instructions: "decodes greedily, at most 64 new tokens, ..." """
+        parts = [f"decodes greedily, at most {self.max_new_tokens} new tokens"]
+        if self.stop:
+            parts.append("cut before the first " + " or ".join(f"`{repr(s)[1:-1]}`" for s in self.stop))
+        if self.repetition_penalty is None:
+            parts.append("with the model's own repetition penalty (generation_config.json)")
+        else:
+            parts.append("no repetition penalty" if self.repetition_penalty == 1.0 else
+                         f"repetition penalty {self.repetition_penalty:g}")
+        return ", ".join(parts) + ", stopping at the end-of-sequence tokens of the tokenizer and generation_config.json"
+
     def check_prompt(self, prompt: Prompt) -> None:
         """A prompt of the wrong kind is a bug in the task, not a reply to grade: say so at once."""
         if self.chat_template and not isinstance(prompt, list):

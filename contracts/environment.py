@@ -18,15 +18,6 @@ from types import ModuleType
 from contracts.decoding import Prompt
 
 
-# The batched calls of the rollout service, as every interactive task's instructions tell agents (one text for all)
-ROLLOUT_BATCHES = """\
-- `POST /env/step_batch {"steps": [{"session_id", "command"}, ...]}` and `POST /env/reset_batch {"resets": [<reset
-  bodies>]}` step or reset many sessions of your run in one request (the service steps them on all its hosts at once:
-  one request per lockstep step of a batch of episodes is far faster than one per session) -> `{"results": [...]}`,
-  in order: each entry is the single call's answer plus `"status": 200`, or its own error `{"session_id", "status",
-  "error", "code"}` (a session lost with its host is `410 session_lost`: reset a new one); the others are unaffected."""
-
-
 @dataclass(frozen=True)
 class Instance:
     """One playable instance of a split (a text game, a shopping instruction, ...)."""
@@ -93,6 +84,12 @@ class Environment(ABC):
     @abstractmethod
     def open(self, instance: Instance) -> Episode:
         """A new episode on the instance (not yet reset)."""
+
+    def step_many(self, episodes: Sequence[Episode], actions: Sequence[str]) -> list[Step]:
+        """One action for each of several distinct episodes, as a rollout host steps its part of a batch: the
+        default takes them in turn; an environment that does better together (one search call for all queries)
+        overrides it, with the same answers as `step` one by one."""
+        return [episode.step(action) for episode, action in zip(episodes, actions)]
 
     def render(self, goal: str, step: Step, history: Sequence[str], observations: Sequence[str] = (),
                info: dict | None = None) -> Prompt:

@@ -21,6 +21,9 @@ class Evaluation:
     refunded: bool = False          # not the agent's fault (its judge was down, the grader died): not counted
     contamination: list[dict] | None = None  # where hidden items were found in the workspace (never told the agent)
     contamination_scan: dict | None = None   # the scan's limits when it was cut short (files, bytes read)
+    identity: dict | None = None    # its distances to the base and the known models (evaluators/identity.py)
+    known_checkpoint: dict | None = None  # the known public sibling it is flagged as (None: none)
+    retention: dict | None = None   # the final split: its score on the retention task beside the base's there
 
     @classmethod
     def lost(cls, cause: str) -> Evaluation:

@@ -10,15 +10,14 @@ import os
 import secrets
 from pathlib import Path
 
-from contracts.file_lock import locked
+from contracts.file_lock import build_once
 
 
 def grading_secret(cache_dir: Path, name: str) -> str:
     """CACHE_DIR/grading/<name>: made once (by whichever process needs it first), then read."""
-    path = Path(cache_dir) / "grading" / name
-    with locked(path.with_name(f".{name}.lock")):
-        if not path.exists():
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(16))
-    return path.read_text().strip()
+    def make(tmp: Path) -> None:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # readable by a2rl's user only
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(16))
+
+    return build_once(Path(cache_dir) / "grading" / name, make).read_text().strip()

@@ -93,6 +93,10 @@ class AgentSpec:
 # AgentSpec fields added after ledgers existed: left out of a cell's identity while unset, so older cells keep ids.
 _LATER_AGENT_FIELDS = ("adapter", "version")
 _REPROMPT_FIELDS = ("max_reprompts", "reprompt_min_left")
+# Driver keys added later: context_window is left out while unset (older cells keep ids); tokenizer always, as it only
+# counts the tokens of cut calls and never changes what the agent does.
+_LATER_DRIVER_FIELDS = ("context_window",)
+_METERING_DRIVER_FIELDS = ("tokenizer",)
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,7 @@ def task_identity(task: dict) -> dict:
         out["cls"] = TASK_CLASS_IDENTITY.get(out["cls"], out["cls"])
     out["grader"] = {k: v for k, v in (task.get("grader") or {}).items() if k not in GRADER_RUNTIME_KEYS}
     out.pop("contamination", None)  # how the grader checks what agents wrote, not what the task is
+    out.pop("known_models", None)   # which checkpoints the grader tells submissions from, likewise
     out.pop("reference_score", None)  # what the report anchors scores to, not what the task is
     out.pop("reference_source", None)
     return out
@@ -205,6 +210,9 @@ def _identity(spec: CellSpec) -> dict:
     for key in _LATER_AGENT_FIELDS:
         if d["agent"].get(key) is None:
             d["agent"].pop(key, None)
+    extra = d["driver"].get("extra") or {}
+    for key in _METERING_DRIVER_FIELDS + tuple(k for k in _LATER_DRIVER_FIELDS if extra.get(k) is None):
+        extra.pop(key, None)
     if not d["budget"].get("working_time"):  # added later: cells without it keep their ids
         d["budget"].pop("working_time", None)
     if not d["budget"].get("max_reprompts"):  # cells without re-prompting keep the ids they had before it existed

@@ -11,6 +11,7 @@ import inspect
 import json
 import random
 from collections.abc import Iterable
+from functools import cached_property
 from pathlib import Path
 
 from contracts import registry
@@ -28,6 +29,7 @@ class Task:
     # How the task can be graded (its config's `protocol:`): `a2rl`, a2rl's own; `paper`, exactly as the original
     # benchmark grades it (prompt, decoding, reply handling, scoring, metric), for tasks that have one.
     protocols: tuple[str, ...] = ("a2rl",)
+    eval_salt: str | None = None  # the config's fixed salt, where the task takes one (null: the secret)
 
     def __init__(self, spec: TaskSpec):
         self.spec = spec
@@ -51,23 +53,117 @@ class Task:
     def rollout(self) -> RolloutSettings:
         return self.spec.rollout
 
+    def salt(self) -> str:
+        """The secret the hidden splits are drawn with: the config's eval_salt (fixed: for reproductions only), else
+        a random one made once per cache on the grading side (contracts.grading_secrets)."""
+        from contracts.grading_secrets import grading_secret
+
+        return str(self.eval_salt) if self.eval_salt else grading_secret(self.cache_dir, self.salt_file())
+
+    def salt_file(self) -> str:
+        """CACHE_DIR/grading/<this>: where the secret is kept (single-turn tasks share one)."""
+        return "eval-salt"
+
+    # -- the rows: a task makes them once (make_train_rows, make_hidden_rows), callers get copies -----------------
+    def make_train_rows(self) -> list[dict]:
+        """The train rows, made once (train_rows() hands out copies)."""
+        raise NotImplementedError
+
+    def make_hidden_rows(self) -> tuple[list[dict], list[dict]]:
+        """(feedback split, final split): the hidden rows, made once (eval_rows() and final_rows() hand out copies).
+        The final split is [] when the task has none."""
+        raise NotImplementedError
+
+    @cached_property
+    def train_split(self) -> list[dict]:
+        return self.make_train_rows()
+
+    @cached_property
+    def hidden_splits(self) -> tuple[list[dict], list[dict]]:
+        return self.make_hidden_rows()
+
     def train_rows(self) -> list[dict]:
         """Visible to the agent. Each row has at least id, prompt, answer and completion (what an SFT learns)."""
-        raise NotImplementedError
+        return [dict(row) for row in self.train_split]
 
     def eval_rows(self) -> list[dict]:
         """Hidden: the feedback split, what /submit scores and answers with. Each row has at least id, prompt and
         answer."""
-        raise NotImplementedError
+        return [dict(row) for row in self.hidden_splits[0]]
 
     def final_rows(self) -> list[dict]:
         """Hidden, and no score on it ever reaches the agent: the held-out final split, disjoint from the feedback
         split. The grader scores one submission per run on it when the run ends. [] when the task has none."""
-        return []
+        return [dict(row) for row in self.hidden_splits[1]]
+
+    # -- the agent's instructions: sections the base class assembles -------------------------------------------
+    summary = ""  # the task in a sentence, when its config gives no description
+    item = "question"  # what one row is, in the instructions
+    # data/train.jsonl's fields, as the instructions list them
+    train_fields = {"id": "the row's id", "prompt": "the message the grader sends, exactly",
+                    "answer": "the correct answer", "completion": "a reply that earns full marks"}
+    scoring = ""  # how a reply scores and what the submission's score is, in the instructions
 
     def instructions(self) -> str:
-        """Markdown for the agent: the task, the data format, the grader's prompt format, the answer format."""
-        raise NotImplementedError
+        """Markdown for the agent: the task, the data format, the grader's prompt format, the answer format. By
+        default: the description, data_section() and grader_section()."""
+        return f"{self.description.strip() or self.summary}\n\n{self.data_section()}\n{self.grader_section()}"
+
+    def data_section(self, what: str = "", example: dict | None = None) -> str:
+        """The "Data" section: what data/train.jsonl holds, its fields (train_fields), an example row and the
+        hidden splits' sizes."""
+        train, (n_feedback, n_final) = self.train_split, self.hidden_sizes()
+        fields = "\n".join(f"- `{name}`: {text}" for name, text in self.train_fields.items())
+        example = train[0] if example is None else example
+        held = f"; a held-out final split has {n_final} more" if n_final else ""
+        return f"""## Data
+
+`data/train.jsonl` holds {what or f"{len(train)} {self.item}s"}, one JSON object a line:
+
+{fields}
+
+Example:
+
+```json
+{json.dumps(example, ensure_ascii=False)}
+```
+
+The hidden eval split has {n_feedback} other {self.hidden_noun}{held}.
+"""
+
+    @property
+    def hidden_noun(self) -> str:
+        return f"{self.item}s"
+
+    def grader_asks(self, what: str) -> str:
+        """How the grader sends `what` (a chat, or raw text) and decodes the reply, from the task's decoding()."""
+        decoding = self.decoding()
+        if decoding.chat_template:
+            asks = (f"renders {what} with the submitted model's own chat template (`apply_chat_template(..., "
+                    "add_generation_prompt=True)`)")
+        else:
+            asks = f"feeds the submitted model {what} (no chat template)"
+        return f"{asks} and {decoding.describe()}"
+
+    def hidden_sizes(self) -> tuple[int, int]:
+        """The feedback and final splits' sizes, for the instructions (by default counted, so the rows are made:
+        a task whose hidden rows need the grading side's secret says its sizes instead)."""
+        feedback, final = self.hidden_splits
+        return len(feedback), len(final)
+
+    def grader_section(self, scoring: str = "", heading: str = "") -> str:
+        """The "How the grader asks and scores" section: how the grader sends a prompt and decodes (from the
+        task's decoding() and grader settings), then `scoring` (the class's by default)."""
+        chat = self.decoding().chat_template
+        asks = self.grader_asks('one chat message `{"role": "user", "content": prompt}`' if chat else
+                                "`prompt` as raw text")
+        needs = " Your submission needs a tokenizer with a chat template and a correct `eos_token`." if chat else ""
+        return f"""## How the grader asks and scores{heading}
+
+For each eval {self.item} the grader {asks}.{needs}
+
+{scoring or self.scoring}
+"""
 
     def decoding(self) -> Decoding:
         """How the grader decodes this task's prompts under its protocol (the same on every backend)."""
@@ -142,9 +238,87 @@ class InteractiveTask(Task):
     environment_class: type[Environment]  # its render/parse module is what built-in agents get beside them
     prompt_modules: dict = {}  # protocol -> the render/parse module agents get under it, where not the class's
     eval_workers = 0  # processes stepping eval episodes while the model generates (0: in the grader's process)
+    n_train = n_eval = n_final = 0  # split sizes (set_splits)
+    # What the instructions call the instances and actions (the rollout API calls them games and commands), and
+    # what a step's reward is
+    instance_noun, action_noun = "games", "commands"
+    reward_text = "1 when the episode is won, else 0"
+
+    def salt_file(self) -> str:
+        """One secret per environment: CACHE_DIR/grading/<task class>-eval-salt."""
+        return f"{self.spec.cls}-eval-salt"
+
+    def set_splits(self, n_train: int, n_eval: int, final_size: int | None, eval_salt: str | None = None,
+                   caps: bool = False) -> None:
+        """The split sizes and the salt knob, checked: n_train and n_eval >= 1 (with `caps`, as for upstream data,
+        0 means all), final_size >= 0 (None: as many as n_eval)."""
+        self.n_train, self.n_eval = int(n_train), int(n_eval)
+        self.n_final = self.n_eval if final_size is None else int(final_size)
+        self.eval_salt = eval_salt
+        least = 0 if caps else 1
+        if self.n_train < least or self.n_eval < least or self.n_final < 0:
+            raise ValueError(f"task {self.name}: n_train={n_train} and n_eval={n_eval} must be >= {least}, "
+                             f"final_size={final_size} >= 0 (or null: as many as n_eval)")
+
+    def cached_rows(self, path: Path, make_rows) -> list[dict]:
+        """Rows kept as JSONL at `path` (under the grading cache), made by make_rows() once across processes."""
+        from contracts.file_lock import build_once
+
+        def write(tmp: Path) -> None:
+            tmp.write_text("".join(json.dumps(row) + "\n" for row in make_rows()))
+
+        build_once(path, write)
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def environment(self) -> Environment:
         raise NotImplementedError
+
+    # -- the agent's instructions: description, data, how the grader plays, the rollout service ------------------
+    train_fields = {
+        "messages": "the exact prompt the grader sends at that step",
+        "prompt": "its last message alone; `completion` (= `answer`): the expert's action",
+        "game": "the train instance it comes from; `step`, `episode`: where in the expert's episodes"}
+    scoring = "The score is **100 x the fraction of eval episodes won**."
+
+    @property
+    def hidden_noun(self) -> str:
+        return self.instance_noun
+
+    def hidden_sizes(self) -> tuple[int, int]:
+        return len(self.eval_rows()), len(self.final_rows())
+
+    def instructions(self) -> str:
+        """The description, data_section(), grader_section() and rollout_section()."""
+        n_train = len(self.environment().instances("train"))
+        what = f"{len(self.train_split)} steps of an expert on the {n_train} train {self.instance_noun}"
+        return f"""{self.description.strip() or self.summary}
+
+{self.data_section(what)}
+{self.grader_section()}
+{self.rollout_section()}"""
+
+    def grader_section(self, scoring: str = "", heading: str = "") -> str:
+        """How the grader plays: every step the environment's prompt, the task's decoding, the reply parsed into an
+        action by the environment; then `scoring` (the class's by default)."""
+        asks = self.grader_asks("the environment's prompt for that step (the train rows' `messages`)")
+        return f"""## How the grader plays and scores{heading}
+
+For each of the eval {self.instance_noun} the grader starts an episode and, every step, {asks}; the environment's
+`parse` reads the reply as an action (built-in agents get it beside them as `task_prompt.py`). All eval episodes are
+played in lockstep, in batches, at most {self.environment().max_steps} actions each.
+
+{scoring or self.scoring}
+"""
+
+    def rollout_section(self) -> str:
+        """The instructions' "Rollout service" section, rendered from the service's route table."""
+        from contracts.rollout_api import instructions_section
+
+        env = self.environment()
+        train = env.instances("train")
+        return instructions_section(n_train=len(train), instances=self.instance_noun, actions=self.action_noun,
+                                    info_keys=list(train[0].info) if train else [], reward=self.reward_text,
+                                    max_steps=env.max_steps, settings=self.rollout)
 
     def eval_rows(self) -> list[dict]:
         """One row per eval instance: its id, the instance's name and what the environment says about it."""
@@ -169,7 +343,7 @@ class InteractiveTask(Task):
     def score(self, completion: str, row: dict) -> float:
         """One step's reply against the expert's action (not the grade: the grader plays whole episodes)."""
         parse = self.environment_class.prompt.parse
-        return float(parse(completion) == parse(row.get("answer", "")))
+        return float(parse(completion, None) == parse(row.get("answer", ""), None))  # no action list known here
 
     def play(self, rows: list[dict], generate, judge=None) -> dict | None:
         """A protocol that plays its episodes its own way (DeepSearchQA's paper ReAct loop, with two decodings)

@@ -22,7 +22,7 @@ DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "conf" / "task_defaults
 
 # Keys of a task config that are not the class's own knobs.
 SPEC_KEYS = ("name", "cls", "base_model", "level", "description", "protocol", "grader", "rollout", "contamination",
-             "reference_score", "reference_source")
+             "known_models", "retention", "reference_score", "reference_source")
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class GraderSettings:
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    num_hosts: int
+    num_hosts: int | None           # host actors (null: one per CPU of the cluster, at most max_sessions_per_run)
     num_replicas: int
     max_sessions_per_run: int
     idle_timeout_s: float
@@ -62,6 +62,8 @@ class ContaminationSettings:
     threshold: float                # share of an item's n-grams found in one file that flags it
     max_file_mb: float              # larger files are not read (weights and archives are skipped anyway)
     near_copy_tol: float            # a model within this relative L2 distance of the base's is a copy of it
+    known_closer_ratio: float       # known_checkpoint: at most this share of its distance to the base from a
+                                    # known model (evaluators/identity.py)
     max_files: int                  # a scan reads at most this many files, this many MB in all, for this long;
     max_total_mb: float             # past a limit it stops and its record says "scan truncated"
     max_s: float
@@ -76,9 +78,10 @@ _RULES: dict[str, tuple[type, float | None]] = {
     "tensor_parallel_size": (int, 1), "max_model_len": (int, 1), "kv_cache_gb": (float, 0), "num_hosts": (int, 1),
     "max_sessions_per_run": (int, 1), "idle_timeout_s": (float, 0), "host_cpus": (float, 0), "router_cpus": (float, 0),
     "ngram": (int, 1), "threshold": (float, 0), "max_file_mb": (float, 0), "near_copy_tol": (float, 0),
+    "known_closer_ratio": (float, 0),
     "max_files": (int, 1), "max_total_mb": (float, 0), "max_s": (float, 0),
 }
-_NULLABLE = {"threads", "max_model_len", "kv_cache_gb", "memory_gb"}
+_NULLABLE = {"threads", "max_model_len", "kv_cache_gb", "memory_gb", "num_hosts"}
 
 
 @cache
@@ -132,6 +135,44 @@ def reference_of(config: dict, where: str) -> tuple[float | None, str | None]:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """Another task's hidden items the final submission is also scored on, and the drop from the base's score there
+    that is allowed before the cell is flagged `retention_drop`."""
+    task: dict                      # that task's config (orchestrator.sweep.check_task reads it from conf/task)
+    max_drop: float                 # points (scores are percentages)
+
+
+def _known_models(given: Any, where: str) -> tuple[str, ...]:
+    if given is None:
+        return ()
+    if not isinstance(given, (list, tuple)) or not all(isinstance(m, str) and m for m in given):
+        raise ConfigError(f"{where}: known_models={given!r} must be a list of hub ids or model directories, e.g. "
+                          "[Qwen/Qwen2.5-1.5B-Instruct]")
+    return tuple(given)
+
+
+def _retention(given: Any, where: str) -> RetentionSettings | None:
+    if given is None:
+        return None
+    if not isinstance(given, dict) or set(given) != {"task", "max_drop"}:
+        raise ConfigError(f"{where}: retention={given!r} must be {{task: <a conf/task name>, max_drop: <points>}} "
+                          "(or null: off)")
+    task = given["task"]
+    if isinstance(task, str):
+        raise ConfigError(f"{where}: retention.task={task!r} is a name not yet read from conf/task (the sweep reads "
+                          "it; a TaskSpec built by hand needs the task's config)")
+    if not isinstance(task, dict):
+        raise ConfigError(f"{where}: retention.task must name a task in conf/task, got {task!r}")
+    if task.get("retention") is not None:
+        raise ConfigError(f"{where}: retention.task {task.get('name')!r} has a retention of its own; one level only")
+    max_drop = given["max_drop"]
+    if isinstance(max_drop, bool) or not isinstance(max_drop, (int, float)) or max_drop < 0:
+        raise ConfigError(f"{where}: retention.max_drop={max_drop!r} must be a number of points >= 0")
+    TaskSpec.from_config(task)  # its own config errors, named
+    return RetentionSettings(task=task, max_drop=float(max_drop))
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     name: str
     cls: str                        # the registered task class (contracts.registry, kind "task")
@@ -142,6 +183,8 @@ class TaskSpec:
     grader: GraderSettings
     rollout: RolloutSettings
     contamination: ContaminationSettings
+    known_models: tuple[str, ...]   # public siblings of the base model (hub ids or directories): known_checkpoint
+    retention: RetentionSettings | None  # another task's items the final submission is also scored on (None: off)
     params: dict                    # the class's own knobs
     config: dict                    # the YAML as written
     # What a good run scores on this task under its protocol and base model, and where that number comes from (a
@@ -171,12 +214,18 @@ class TaskSpec:
         if not isinstance(protocol, str) or not protocol:
             raise ConfigError(f"{where}: protocol={protocol!r} must be a protocol's name (e.g. paper or a2rl)")
         reference, source = reference_of(config, where)
+        rollout = _settings(RolloutSettings, "rollout", config.get("rollout"), where)
+        if rollout.num_hosts is None and rollout.host_cpus:
+            raise ConfigError(f"{where}: rollout.num_hosts is null (one host per CPU of the cluster) while "
+                              f"host_cpus={rollout.host_cpus:g} reserves CPUs for each host: set num_hosts")
         return cls(name=name, cls=config["cls"], base_model=config["base_model"], level=int(level),
                    description=description, protocol=protocol, reference_score=reference, reference_source=source,
                    grader=_settings(GraderSettings, "grader", config.get("grader"), where),
-                   rollout=_settings(RolloutSettings, "rollout", config.get("rollout"), where),
+                   rollout=rollout,
                    contamination=_settings(ContaminationSettings, "contamination", config.get("contamination"),
                                            where),
+                   known_models=_known_models(config.get("known_models", defaults()["known_models"]), where),
+                   retention=_retention(config.get("retention", defaults()["retention"]), where),
                    params={k: v for k, v in config.items() if k not in SPEC_KEYS}, config=config)
 
     @property

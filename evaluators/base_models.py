@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from contracts import registry
-from contracts.file_lock import locked
+from contracts.file_lock import build_once
 from contracts.registry import register
 
 # ChatML, as Qwen uses it; no default system prompt so the tiny model sees only what the task sends.
@@ -66,21 +63,14 @@ def resolve_base_model(name_or_path: str, models_dir: str | Path) -> Path:
 
 
 def _build_once(target: Path, build) -> Path:
-    if target.is_dir():
-        return target
-    with locked(target.parent / f".{target.name}.lock"):
-        if target.is_dir():  # another process built it while we waited
-            return target
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        try:
-            build(tmp)
-            # mkdtemp makes a private dir; the model is shared read-only with agents that may run as other users
-            for path in [tmp, *tmp.rglob("*")]:
-                path.chmod(0o755 if path.is_dir() else 0o644)
-            os.rename(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    def shared(tmp: Path) -> None:
+        tmp.mkdir()
+        build(tmp)
+        # the model is shared read-only with agents that may run as other users
+        for path in [tmp, *tmp.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+    return build_once(target, shared)
 
 
 # ---------------------------------------------------------------- tiny

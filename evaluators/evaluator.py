@@ -8,6 +8,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ray import serve
 
@@ -18,6 +19,9 @@ from contracts.task_spec import TaskSpec
 from evaluators.contamination import HiddenItems, relative_distance
 from evaluators.judging.client import JudgeUnavailable
 from evaluators.score_cache import ScoreCache, score_key, split_key
+
+if TYPE_CHECKING:
+    from contracts.task import Task
 
 log = logging.getLogger("a2rl.grader")
 JUDGE_CALLS = "judge_calls.jsonl"  # in the cell's records folder: every call of its evaluations' judge
@@ -33,12 +37,13 @@ class Evaluator:
     evaluation lost with its process is simply asked again of another replica (or of this one, restarted)."""
 
     def __init__(self, task_cls: type, spec: TaskSpec, cache_dir: str, driver_url: str | None = None,
-                 scope: str = ""):
+                 scope: str = "", retention_cls: type | None = None):
         import torch
 
         from contracts.task import build_task
         from evaluators.backends import make_backend
         from evaluators.base_models import resolve_base_model
+        from evaluators.identity import load_known
         from evaluators.model_size import bound_memory, default_bound
 
         # Whatever a submission makes it allocate, this process fails the allocation before the node runs out
@@ -71,13 +76,28 @@ class Evaluator:
                         "a train row): a copy of them cannot be told from given text", spec.name,
                         len(self.hidden.exposed), self.hidden.exposed[0])
         self.near_copy_tol = spec.contamination.near_copy_tol
+        # the base model's public siblings a submission is told apart from (evaluators/identity.py): read from disk
+        # a slice at a time, never held whole nor put on a GPU
+        self.known = load_known(spec.known_models, Path(cache_dir) / "models")
+        # retention: another task's held-out items the final submission is also scored on (the base's score there
+        # measured once, cached like the baseline)
+        self.retention_task: Task | None = None
+        self.retention_baseline: float | None = None
+        if spec.retention is not None:
+            other = TaskSpec.from_config(spec.retention.task)
+            self.retention_task = build_task(other, cache_dir, retention_cls)
+            self.rows["retention"] = self.retention_task.final_rows() or self.retention_task.eval_rows()
+            self.scores["retention"] = ScoreCache(root / "retention" / other.name / split_key(other.config))
         base = self.backend.load(self.base_dir)
         try:
             self.base_digest = self.backend.weights_digest(base)
             self.base_weights = self.backend.weights(base)  # kept (on the CPU) to tell a near copy of them
+            self._say_known_shapes()
             if not self.judge_driver:  # with a judge the proxy must answer: scored on the first run's registration
                 for split in self._splits():
                     self.baseline[split] = self._score(base, self._base_key(), split=split)["score"]  # cached
+            if self.retention_task is not None:
+                self.retention_baseline = self._score(base, self._base_key(), split="retention")["score"]
         finally:
             self.backend.unload(base)
         log.info("grader %s ready: baseline %s on %d eval items", spec.name, self.baseline, len(self.rows["eval"]))
@@ -124,8 +144,15 @@ class Evaluator:
             if digest is not None and out.digest != digest:
                 raise ValueError(f"its weights changed since they were scored (digest {out.digest[:12]}, "
                                  f"expected {digest[:12]})")
-            if out.digest == self.base_digest or await asyncio.to_thread(self._near_copy, loaded):
+            weights = await asyncio.to_thread(self.backend.weights, loaded) if self.base_weights is not None \
+                or self.known else None
+            if out.digest == self.base_digest or await asyncio.to_thread(self._near_copy, weights):
                 out.flags.append("copy_of_base")
+            if self.known and split == "eval":  # (the final split scores a submission checked already)
+                out.identity, out.known_checkpoint = await asyncio.to_thread(self._identify, weights,
+                                                                             Path(model_dir))
+                if out.known_checkpoint is not None:
+                    out.flags.append("known_checkpoint")
             key = await asyncio.to_thread(score_key, Path(model_dir), out.digest)
             result, out.judge_usage, _ = await self._judged(loaded, key, cell_id, Path(records_dir) / JUDGE_CALLS,
                                                             split)
@@ -133,6 +160,10 @@ class Evaluator:
             out.flags += result.get("flags", [])
             if result["cached"]:
                 out.flags.append("cached")
+            if split == "final" and self.retention_task is not None:
+                out.retention = await asyncio.to_thread(self._retention, loaded, key)
+                if out.retention["drop"] > out.retention["max_drop"]:
+                    out.flags.append("retention_drop")
             if scanning is not None:
                 survey = await scanning
                 if survey.matches:
@@ -159,12 +190,46 @@ class Evaluator:
         """Where the hidden items are in the workspace (evaluators.contamination)."""
         return self.hidden.scan(Path(workspace), given)
 
-    def _near_copy(self, loaded) -> bool:
+    def _near_copy(self, weights: dict | None) -> bool:
         """Every weight within a tiny distance of the base model's: a copy of it, though not a byte-exact one."""
-        if self.base_weights is None:
+        if self.base_weights is None or weights is None:
             return False
-        weights = self.backend.weights(loaded)
-        return weights is not None and relative_distance(weights, self.base_weights) <= self.near_copy_tol
+        return relative_distance(weights, self.base_weights) <= self.near_copy_tol
+
+    def _identify(self, weights: dict | None, model_dir: Path) -> tuple[dict, dict | None]:
+        """Its distances to the base and the known models, and the known model it is flagged as (or None). A backend
+        that does not give its weights (vLLM) has them read from the submitted safetensors files instead."""
+        from evaluators.identity import LoadedTensors, SafetensorsTensors, identify
+
+        try:
+            sub = LoadedTensors(weights) if weights is not None else SafetensorsTensors(model_dir)
+            base = LoadedTensors(self.base_weights) if self.base_weights is not None else SafetensorsTensors(
+                self.base_dir)
+        except FileNotFoundError as e:  # a pickled checkpoint on a backend that gives no weights: said, not failed
+            return {"unchecked": str(e)}, None
+        return identify(sub, base, self.known, self.near_copy_tol, self.spec.contamination.known_closer_ratio)
+
+    def _say_known_shapes(self) -> None:
+        """Log the known models not of the base's shape (their names or shapes differ): only a submission of their
+        own shape is compared with them, so a naming mismatch would otherwise pass unseen."""
+        from evaluators.identity import LoadedTensors, same_shape
+
+        if self.base_weights is None:
+            return
+        for model in self.known:
+            if not same_shape(LoadedTensors(self.base_weights), model.tensors):
+                log.warning("known model %s is not of the base model's shape (%d tensors, the base %d): it is "
+                            "compared only with submissions of its own shape", model.name, len(model.tensors.shapes),
+                            len(self.base_weights))
+
+    def _retention(self, loaded, key: str) -> dict:
+        """The final submission's score on the retention task's items beside the base's there."""
+        assert self.retention_task is not None and self.spec.retention is not None  # (asked only when set)
+        assert self.retention_baseline is not None  # measured in __init__ beside the baseline
+        score = self._score(loaded, key, split="retention")["score"]
+        return {"task": self.retention_task.spec.name, "score": score, "baseline_score": self.retention_baseline,
+                "drop": self.retention_baseline - score, "max_drop": self.spec.retention.max_drop,
+                "n": len(self.rows["retention"])}
 
     def _load(self, model_dir: Path):
         from evaluators.backends.base import ModelLoadError
@@ -183,7 +248,8 @@ class Evaluator:
         from evaluators.evaluate import evaluate_loaded
 
         started = time.time()
-        result = evaluate_loaded(self.task, self.backend, loaded, self.rows[split], judge=judge)
+        task = self.retention_task if split == "retention" and self.retention_task is not None else self.task
+        result = evaluate_loaded(task, self.backend, loaded, self.rows[split], judge=judge)
         entry = {"score": result["score"], "n": result["n"], "eval_s": time.time() - started}
         if result.get("metrics"):
             entry["metrics"] = result["metrics"]

@@ -256,6 +256,10 @@ class Grader(RunClosing):
             record["refunded"] = True
         if result.contamination:
             record["contamination"] = result.contamination  # never in the agent's answer: it would name items
+        if result.identity:  # its distances to the base and the known models (evaluators/identity.py)
+            record["identity"] = result.identity
+        if result.known_checkpoint:
+            record["known_checkpoint"] = result.known_checkpoint
         if result.contamination_scan:
             record["contamination_scan"] = result.contamination_scan  # e.g. "scan truncated: more than ..."
         append_jsonl(Path(run.records_dir) / SUBMISSIONS, record)  # durable before the answer

@@ -89,6 +89,8 @@ class RunClosing:
             record.update(submission_id=held.submission_id, marked=held.marked, model_path=held.model_path,
                           feedback_score=held.score, score=result.score, error=result.error,
                           flags=[f for f in result.flags if f != "cached"], metrics=result.metrics)
+            if result.retention:
+                record["retention"] = result.retention  # the general ability it kept (task.retention)
             await asyncio.to_thread(shutil.rmtree, Path(run.records_dir) / FINAL_CANDIDATES, True)
         record["improvement"] = None if record["score"] is None else record["score"] - record["baseline_score"]
         await asyncio.to_thread(write_json_durably, Path(run.records_dir) / FINAL, record)

@@ -19,7 +19,8 @@ SCORING_VERSION = 5  # 2: scores are percentages; 3: generated eval splits are s
 
 def split_key(task_cfg: dict) -> str:
     """What decides a score besides the weights: the task's data and grading settings, not its resources."""
-    blob = json.dumps([SCORING_VERSION, task_identity(task_cfg)], sort_keys=True, default=str)
+    identity = {k: v for k, v in task_identity(task_cfg).items() if k != "retention"}  # scored apart, once more
+    blob = json.dumps([SCORING_VERSION, identity], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

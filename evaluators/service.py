@@ -48,7 +48,9 @@ def deploy(spec: TaskSpec, cache_dir: str, emulated_gpus: bool = False, driver_u
             max_ongoing_requests=spec.grader.max_concurrent)
         router = Grader.options(  # type: ignore[attr-defined]
             name=app_name(spec.name, scope), ray_actor_options={"num_cpus": 0})
-        return router.bind(evaluator.bind(task_class(spec.cls), spec, cache_dir, driver_url, scope), spec, scope)
+        retention_cls = None if spec.retention is None else task_class(spec.retention.task["cls"])
+        return router.bind(evaluator.bind(task_class(spec.cls), spec, cache_dir, driver_url, scope, retention_cls),
+                           spec, scope)
 
     route = scoped_route(f"/{spec.name}", scope)
     deploy_once(app_name(spec.name, scope), route, [spec.config, cache_dir, emulated_gpus, driver_url], build)

@@ -168,7 +168,8 @@ class WandbCallback(tune.Callback):
                      "submission/best_improvement": None if p.get("best") is None or p.get("baseline_score") is None
                      else p["best"] - p["baseline_score"],
                      "submission/index": p["submission_id"], "elapsed_s": e["t"],
-                       "submission/copy_of_base": int("copy_of_base" in (p.get("flags") or []))}
+                       "submission/copy_of_base": int("copy_of_base" in (p.get("flags") or [])),
+                       "submission/known_checkpoint": int("known_checkpoint" in (p.get("flags") or []))}
             run.log({k: v for k, v in metrics.items() if v is not None})
         if report.outcome is not None:
             outcome = report.outcome.to_dict()

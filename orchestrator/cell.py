@@ -130,6 +130,7 @@ class Records:
     waited_s: float = 0.0           # what the driver calls spent waiting on the provider's rate limits
     trace_lines: int = 0
     reprompts: int = 0              # counted by the cell as it restarts the agent
+    refusal: dict | None = None     # the driver's server's last refusal (a 4xx) that no call got past since
     _tails: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -154,9 +155,29 @@ class Records:
             events.append(driver_event(cell_id, n, t0, rec, self.driver_calls))
             self.driver_calls += 1
             self.waited_s += float(rec.get("wait_s") or 0.0)
+            self._note_refusal(rec)
         for rec in self._tails[REPROMPTS].read_new():
             events.append(reprompt_event(cell_id, n, t0, rec))
         return events
+
+    def _note_refusal(self, rec: dict) -> None:
+        status = rec.get("status") or 0
+        if 400 <= status < 500 and rec.get("attempts"):  # the server's answer: the proxy's own refusals never sent it
+            self.refusal = rec
+        elif status < 400 and self.refusal and rec["t"] >= self.refusal["t"] + (self.refusal.get("latency_s") or 0):
+            self.refusal = None  # a call made after the refusal went through: the agent got past it
+
+
+def refusal_error(rec: dict) -> str:
+    """A server's refusal of an agent's call, in words: its own message (from the provider's JSON error shape)."""
+    text = str(rec.get("error") or "")
+    try:
+        body = json.loads(text)
+        err = body.get("error") if isinstance(body, dict) else None
+        text = (err.get("message") if isinstance(err, dict) else None) or body.get("message") or text
+    except (ValueError, AttributeError):
+        pass  # cut at 500 characters, or not JSON: the text as it is
+    return f"the driver's server refused the agent's call (HTTP {rec.get('status')} on {rec.get('endpoint')}): {text}"
 
 
 @dataclass
@@ -359,6 +380,8 @@ def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_cod
         stderr = attempt.dir / "agent.stderr"
         tail = stderr.read_text(errors="replace")[-2000:] if stderr.exists() else ""
         error = f"agent exited with code {exit_code}: {tail.strip()[-500:]}"
+        if records.refusal is not None:  # the reason is the server's (e.g. max_tokens beyond the model's window)
+            error = f"{refusal_error(records.refusal)}; {error}"
     ended = time.time()
     env_usage = left.get("env_usage")
     return Outcome(status=status, limit_hit=limit, exit_code=exit_code, error=error, best_score=records.best,

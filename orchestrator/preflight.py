@@ -63,10 +63,11 @@ def missing(cells: list[CellSpec], cache_dir: Path, cli_path: list[str]) -> list
             out += load_task(task, cache_dir).missing_data()
         except Exception as e:  # noqa: BLE001 - a dry run reports, it does not stop
             out.append(f"task {task.name}: {type(e).__name__}: {e}")
-        base = task.base_model
-        if "/" in base and not Path(base).expanduser().exists() and not _model_cached(base, cache_dir):
-            out.append(f"base model {base} ({task.name}) is not in {cache_dir / 'models'}: it is fetched "
-                       "once at the first cell (needs the network and the disk)")
+        for role, model in [("base model", task.base_model), *(("known model", m) for m in task.known_models)]:
+            if "/" in model and not Path(model).expanduser().exists() and not _model_cached(model, cache_dir):
+                out.append(f"{role} {model} ({task.name}) is not in {cache_dir / 'models'}: it is fetched "
+                           "once " + ("at the first cell" if role == "base model" else "when its grader starts")
+                           + " (needs the network and the disk)")
     return out
 
 
@@ -303,6 +304,7 @@ def service_reservations(tasks: list[TaskSpec], gpu_key: str, proxy_cpus: float)
             out.append((f"the grader of task {spec.name}", "task.grader.num_gpus / num_cpus / memory_gb",
                         {"CPU": grader.num_cpus, gpu_key: grader.num_gpus, "memory": (grader.memory_gb or 0) * 1e9}))
         if is_interactive(spec) and spec.rollout.host_cpus:
+            assert spec.rollout.num_hosts is not None  # TaskSpec refuses num_hosts null with host_cpus
             for _ in range(spec.rollout.num_hosts):
                 out.append((f"a rollout host of task {spec.name}", "task.rollout.host_cpus",
                             {"CPU": spec.rollout.host_cpus}))

@@ -361,6 +361,10 @@ def start(argv: list[str], workspace: Path, env: dict, stdout: Path, stderr: Pat
             for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
                 env[var] = f"http://127.0.0.1:{proxy_port}"
             env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+            if not any(a.rsplit(":", 1)[0].endswith(("huggingface.co", "hf.co")) for a in settings.allow):
+                # the hub is out of reach: without this, transformers asks it in vain on every save (two refused
+                # CONNECTs per save in each sft cell's network log, read by the trace audit as download attempts)
+                env["HF_HUB_OFFLINE"] = "1"
         else:  # host network: name resolution may live under /run (systemd-resolved)
             readonly = [*readonly, Path("/run/systemd/resolve")]
         inner += ["--", *argv]

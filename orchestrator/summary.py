@@ -7,14 +7,15 @@ import sys
 
 from orchestrator.analysis.cost import ledger_costs
 from orchestrator.analysis.stats import mean_se
-from orchestrator.analysis.tables import mode_of
+from orchestrator.analysis.tables import DOUBTFUL_FLAGS, mode_of
 from orchestrator.ledger import Ledger
 
 
 # Submission flags the table counts: a copy of the base model; a score the protocol gives though the reply games
 # the task's tests (HumanEval under the paper's protocol); a score from a stand-in for a piece of the original that
-# is not here (e.g. spaCy's en_core_web_lg), so only approximately the original's.
-COUNTED_FLAGS = ("copy_of_base", "gamed_tests", "approximate")
+# is not here (e.g. spaCy's en_core_web_lg), so only approximately the original's; a known public checkpoint submitted
+# as the agent's own (evaluators/identity.py).
+COUNTED_FLAGS = ("copy_of_base", "gamed_tests", "approximate", "known_checkpoint")
 
 
 def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
@@ -24,11 +25,19 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
         task = row["task"] if mode == "free" else f"{row['task']}/{mode}"
         groups.setdefault((task, row["agent"], row["driver"]), []).append(row)
     flagged: dict[tuple[str, str], int] = {}  # (cell, flag) -> submissions
+    doubtful: dict[str, set[str]] = {}  # cell -> its DOUBTFUL_FLAGS
     wanted = set(cell_ids)
     for e in ledger.events(kind="submission"):
         if e["cell_id"] in wanted:
-            for flag in set(e["payload"].get("flags") or []) & set(COUNTED_FLAGS):
+            flags = set(e["payload"].get("flags") or [])
+            for flag in flags & set(COUNTED_FLAGS):
                 flagged[e["cell_id"], flag] = flagged.get((e["cell_id"], flag), 0) + 1
+            doubtful.setdefault(e["cell_id"], set()).update(flags & set(DOUBTFUL_FLAGS))
+    attempts = {cell_id: row["attempts"] for cell_id, row in ledger.cells(cell_ids).items()}
+    for e in ledger.events(kind="outcome"):  # the held-out record's flags, of the cell's last attempt
+        if e["cell_id"] in wanted and e["attempt"] == attempts.get(e["cell_id"]):
+            final_flags = set((e["payload"].get("final") or {}).get("flags") or [])
+            doubtful.setdefault(e["cell_id"], set()).update(final_flags & set(DOUBTFUL_FLAGS))
     costs = ledger_costs(ledger, cell_ids)
     out = []
     for (task, agent, driver), rows in sorted(groups.items()):
@@ -47,6 +56,12 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
         n_flagged = sum(1 for r in rows if r.get("contaminated"))
         if n_flagged:
             flags.append(f"contaminated x{n_flagged}")
+        n_estimated = sum(costs[r["cell_id"]]["driver_estimated_calls"] for r in rows)
+        if n_estimated:  # their tokens and cost are partly the proxy's count, not the provider's
+            flags.append(f"driver tokens estimated x{n_estimated} calls")
+        n_retention = sum(1 for r in rows if "retention_drop" in doubtful.get(r["cell_id"], ()))
+        if n_retention:
+            flags.append(f"retention_drop x{n_retention}")
         if len(scored) < len(rows):
             flags.append(f"{len(rows) - len(scored)} without a valid submission")
         spent = [costs[r["cell_id"]] for r in rows]
@@ -55,6 +70,9 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
         held = [r for r in rows if r.get("final_improvement") is not None]
         held_mean, held_se = mean_se([r["final_improvement"] for r in held]) if held else (None, None)
         gap = mean_se([(r["improvement"] or 0.0) - r["final_improvement"] for r in held])[0] if held else None
+        clean = [r for r in rows if not doubtful.get(r["cell_id"])]
+        if len(clean) < len(rows):  # the results without the doubtful cells, beside those with them
+            flags.append(f"without the {len(rows) - len(clean)} flagged: " + _results(clean))
         out.append({"task": task, "agent": agent, "driver": driver, "cells": len(rows), "statuses": statuses,
                     "held_out_mean": held_mean, "held_out_se": held_se, "n_held_out": len(held), "gap_mean": gap,
                     "baseline": baselines[0] if baselines else None,
@@ -67,6 +85,17 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
                     "gpu_hours": gpu_h / len(rows), "usd_per_point": usd / gained if gained > 0 else None,
                     "gpu_hours_per_point": gpu_h / gained if gained > 0 else None})
     return out
+
+
+def _results(rows: list[dict]) -> str:
+    """Held-out and best-feedback improvements of some cells, mean ± SEM."""
+    parts = []
+    for label, key in (("held-out", "final_improvement"), ("improvement", "improvement")):
+        values = [r[key] for r in rows if r[key] is not None]
+        if values:
+            mean, se = mean_se(values)
+            parts.append(f"{label} {_f(mean, True)} ± {_f(se)} (n={len(values)})")
+    return ", ".join(parts) or "no scored cell"
 
 
 def _f(x, signed=False, digits=2) -> str:

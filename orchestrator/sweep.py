@@ -145,7 +145,14 @@ def task_config(name: str, inline: dict | None, selected: bool) -> dict:
 def check_task(data: dict) -> dict:
     """The task's config as written (a cell's identity), once its spec reads and its class is known. A judge named
     by its conf/driver file (`judge: gpt`) is replaced by that file's contents, so the cell's identity holds the
-    judge's model and the grader needs no config files."""
+    judge's model and the grader needs no config files; so is a retention task named by its conf/task file."""
+    retention = data.get("retention")
+    if isinstance(retention, dict) and isinstance(retention.get("task"), str):
+        other = check_task(load_named("task", retention["task"], f"task {data.get('name')}: retention.task"))
+        if judge_drivers([other]):
+            raise ConfigError(f"task {data.get('name')}: retention.task={retention['task']!r} is judged by an LLM; "
+                              "retention scores only on a task without a judge (e.g. arithmetic, gsm8k)")
+        data = {**data, "retention": {**retention, "task": other}}
     task_class(TaskSpec.from_config(data).cls)
     judge = data.get("judge")
     if isinstance(judge, str):

@@ -183,3 +183,51 @@ def test_sft_grpo_keeps_its_last_submission_for_its_last_round(small_task, tmp_p
     assert submitted == [2, 4, 20]
     assert agent.submit_now(3, 2, True, 1) and not agent.submit_now(4, 2, False, 1)
     assert agent.submit_now(4, 2, False, None)  # no submission limit
+
+
+def test_the_client_keeps_its_connection_and_reopens_one_the_server_closed():
+    """a2rl_client.KeepAlive: requests share one connection while the server keeps it; one the server closed while it
+    was idle (a proxy's keep-alive timeout) is opened anew and the request sent again, answered as usual."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from agents.builtin.a2rl_client import KeepAlive
+
+    connections, closing = [], {"after_each": False}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keeps the connection unless told otherwise
+
+        def setup(self):
+            super().setup()
+            connections.append(self.client_address)
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            answer = json.dumps({"echo": body, "auth": self.headers["Authorization"], "path": self.path}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+            self.close_connection = closing["after_each"]  # closed without a "Connection: close" header
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        http = KeepAlive(f"http://127.0.0.1:{server.server_address[1]}/task/env", "tok")
+        for i in range(3):
+            assert http("/step", {"i": i}) == (200, {"echo": {"i": i}, "auth": "Bearer tok", "path": "/task/env/step"})
+        assert len(connections) == 1
+        closing["after_each"] = True
+        for i in range(3):
+            assert http("/step", {"i": i})[0] == 200
+        assert len(connections) == 3  # the 2nd and 3rd found the last one closed (sent again on a new one)
+        server.shutdown()
+        server.server_close()
+        code, answer = http("/step", {"i": 9})
+        assert code == 0 and "Error" in answer["error"]  # no server: status 0, as `http` answers it
+    finally:
+        server.server_close()

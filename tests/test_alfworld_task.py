@@ -18,10 +18,10 @@ pytest.importorskip("textworld")
 from contracts.runs import RunRegistration
 from contracts.task import load_task  # noqa: E402
 from contracts.task_spec import TaskSpec  # noqa: E402
-from evaluators.backends.base import EvaluatorBackend  # noqa: E402
 from evaluators.base_models import resolve_base_model  # noqa: E402
 from evaluators.evaluate import evaluate_loaded  # noqa: E402
 from tests.conftest import load_script  # noqa: E402
+from tests.support.scripted_backend import ScriptedBackend  # noqa: E402
 from tests.test_rollout_service import SMALL_TASK, Client, service  # noqa: E402,F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,31 +37,15 @@ def base(cache_dir) -> Path:
     return resolve_base_model("tiny-alfworld", cache_dir / "models")
 
 
-class ScriptedBackend(EvaluatorBackend):
-    """Replies with each game's walkthrough command (found from the prompt's task line and history), or a fixed text.
+def walkthrough(plans: dict[str, list[str]]):
+    """A policy replying with each game's walkthrough command (found from the prompt's task line and history)."""
+    def reply(text: str) -> str:
+        lines = text.splitlines()
+        task = lines[0].removeprefix("Task: ")
+        prev = lines[1].removeprefix("Previous commands: ")
+        return f"Action: {plans[task][0 if prev == 'none' else len(prev.split('; '))]}."
 
-    The grader's loop, prompt rendering and parsing are real; only the model is replaced."""
-
-    def __init__(self, plans: dict[str, list[str]] | None = None, fixed: str | None = None):
-        super().__init__(batch_size=8)
-        self.plans, self.fixed, self.batches = plans or {}, fixed, []
-
-    def load(self, model_dir):
-        return model_dir
-
-    def weights_digest(self, loaded) -> str:
-        return "scripted"
-
-    def generate(self, loaded, conversations, decoding):
-        self.batches.append(len(conversations))
-        replies = []
-        for conv in conversations:
-            lines = conv[-1]["content"].splitlines()
-            task = lines[0].removeprefix("Task: ")
-            prev = lines[1].removeprefix("Previous commands: ")
-            n = 0 if prev == "none" else len(prev.split("; "))
-            replies.append(self.fixed if self.fixed is not None else f"Action: {self.plans[task][n]}.")
-        return replies
+    return reply
 
 
 def plans_of(games: list[Path]) -> dict[str, list[str]]:
@@ -109,7 +93,7 @@ def test_the_final_games_are_held_out_from_train_and_eval_and_graded(task, cache
     rows = held.final_rows()
     assert [(r["id"], r["split"], r["instance"]) for r in rows] == [
         (f"alfworld_t-final-{i}", "final", p.parent.name) for i, p in enumerate(final)]
-    result = evaluate_loaded(held, ScriptedBackend(plans_of(final)), "scripted", rows, 12)
+    result = evaluate_loaded(held, ScriptedBackend(walkthrough(plans_of(final))), "scripted", rows, 12)
     assert result["score"] == 100.0 and result["n"] == 2
 
 
@@ -138,7 +122,7 @@ def test_train_rows_are_expert_steps_in_the_graders_format(task):
 
 def test_grading_plays_every_eval_game_in_lockstep(task):
     rows = task.eval_rows()
-    expert = ScriptedBackend(plans_of(task.eval_games()))
+    expert = ScriptedBackend(walkthrough(plans_of(task.eval_games())))
     result = evaluate_loaded(task, expert, "scripted", rows, 12)
     assert result["score"] == 100.0 and result["n"] == 2
     assert [item["score"] for item in result["items"]] == [1.0, 1.0]
@@ -148,10 +132,6 @@ def test_grading_plays_every_eval_game_in_lockstep(task):
     env = task.environment()
     generate = lambda chats: expert.generate("scripted", chats, task.decoding())  # noqa: E731
     assert play(env, env.instances("eval"), generate, workers=2) == play(env, env.instances("eval"), generate)
-    babbler = ScriptedBackend(fixed="I would like to fly.")
-    result = evaluate_loaded(task, babbler, "scripted", rows, 12)
-    assert result["score"] == 0.0 and all(item["steps"] == 50 for item in result["items"])
-    assert len(babbler.batches) == 50 and set(babbler.batches) == {2}
 
 
 def test_the_base_model_through_the_grading_service(ray_cluster, cache_dir, grading_port, task, base, tmp_path):

@@ -164,6 +164,7 @@ def collect(out: Path, fake: FakeUpstream) -> Run:
 
 MODELS = {"fake-anthropic": "claude-fake", "fake-openai": "gpt-fake", "fake-vllm": "Qwen/fake-7B",
           "fake-gemini": "gemini-fake"}
+LOCAL_WINDOW = 16000   # below OpenCode's shipped output_limit (16384): every call of it was refused before
 MAIN_CELLS = [("claude_code", "fake-anthropic"), ("codex", "fake-openai"), ("codex", "fake-vllm"),
               ("gemini_cli", "fake-gemini"), ("opencode", "fake-anthropic"), ("opencode", "fake-openai"),
               ("opencode", "fake-vllm"), ("opencode", "fake-gemini")]
@@ -171,9 +172,11 @@ MAIN_CELLS = [("claude_code", "fake-anthropic"), ("codex", "fake-openai"), ("cod
 
 @pytest.fixture(scope="module")
 def main_run(sweep_runner):
-    """Every CLI with every driver protocol it speaks, in one sweep. The first two upstream answers are 429s."""
+    """Every CLI with every driver protocol it speaks, in one sweep. The first two upstream answers are 429s. The
+    fake-vllm model is served like vLLM with a window of LOCAL_WINDOW tokens, refusing larger max_tokens."""
     fake = FakeUpstream(script=shell_script(SUBMIT, "Submitted the model. Done."), usage=USAGE, expect_key=REAL_KEY,
-                        fail_first=2, fail_status=429, retry_after=0.2).start()
+                        fail_first=2, fail_status=429, retry_after=0.2, served_model=MODELS["fake-vllm"],
+                        max_model_len=LOCAL_WINDOW).start()
     providers = {"fake-anthropic": "anthropic", "fake-openai": "openai", "fake-vllm": "openai-compatible",
                  "fake-gemini": "gemini"}
     drivers = [fake_driver(name, provider, fake, MODELS[name]) for name, provider in providers.items()]
@@ -232,6 +235,20 @@ def test_tokens_and_cost_metered_exactly_as_the_upstream_reported(main_run, agen
         assert (c["input_tokens"], c["output_tokens"], c["cached_tokens"]) == (1000, 50, 200), c
         assert c["cost_usd"] == pytest.approx(COST_PER_CALL)
         assert c["model"] == MODELS[driver]  # whatever the CLI asked for, the configured model answered
+
+
+def test_a_local_models_window_sets_the_clis_limits(main_run):
+    """The fake-vllm server lists its model with max_model_len (as vLLM does): OpenCode's replies are capped at a
+    quarter of it (its calls all pass: they completed above), and Codex is told the window."""
+    asked = [r.body.get("max_tokens") for r in main_run.fake.requests if r.model == MODELS["fake-vllm"]
+             and r.protocol == "openai_chat"]
+    assert asked and all(n is not None and n <= LOCAL_WINDOW // 4 for n in asked), asked
+    assert max(asked) == LOCAL_WINDOW // 4, asked
+    row, _ = main_run.of("codex", "fake-vllm")
+    workspace = Path(json.loads((attempt_dir(main_run, row) / "outcome.json").read_text())["workspace"])
+    config = (workspace / ".home" / ".codex" / "config.toml").read_text()
+    assert f"model_context_window = {LOCAL_WINDOW}" in config and f"model_max_output_tokens = {LOCAL_WINDOW // 4}" \
+        in config
 
 
 def test_driver_usage_goes_to_each_cells_wandb_run(main_run):
@@ -426,6 +443,38 @@ def test_working_time_moves_the_deadline_by_the_rate_limits_waits(sweep_runner, 
     assert outcome["waiting_s"] >= 6 and outcome["working_s"] < outcome["elapsed_s"] - 6, outcome
     status = json.loads((Path(outcome["workspace"]) / "code" / "status.json").read_text())
     assert status["remaining_s"] > 0, status  # the grader's deadline moved too
+
+
+TOO_LONG = r'''
+echo "$A2RL_DRIVER_CONTEXT_WINDOW" > code/window.txt
+status=$(curl -s -o code/reply.json -w '%{http_code}' "$A2RL_DRIVER_BASE_URL/chat/completions" \
+     -H "authorization: Bearer $A2RL_DRIVER_KEY" -H 'content-type: application/json' \
+     -d '{"model": "any", "max_tokens": 16384, "messages": [{"role": "user", "content": "hi"}]}')
+[ "$status" = 200 ]   # a CLI gives up on a 400 the same way: exit 1, its stderr saying little
+'''
+
+
+def test_a_local_server_refusing_the_agents_call_is_the_cells_error(sweep_runner, tmp_path):
+    """A model served like vLLM with a 2,048-token window refuses max_tokens=16384; the agent exits 1 on it. The
+    cell's error is the server's reason, not just the exit code; the agent was told the window."""
+    fake = FakeUpstream(usage=USAGE, expect_key=REAL_KEY, served_model="Qwen/fake-7B", max_model_len=2048).start()
+    script = tmp_path / "too_long.sh"
+    script.write_text(TOO_LONG)
+    own_agent = f"{{name:too_long,kind:command,needs_driver:true,files:['{script}'],command:'bash code/{script.name}'}}"
+    try:
+        out = sweep_runner("local-refusal", [f"sweep.agents=[{own_agent}]", drivers_override(
+            [fake_driver("fake-vllm", "openai-compatible", fake, "Qwen/fake-7B")])])
+    finally:
+        fake.stop()
+    run = collect(out, fake)
+    row, events = run.of("too_long", "fake-vllm")
+    assert row["status"] == "agent_error", row
+    assert row["error"].startswith("the driver's server refused the agent's call (HTTP 400 on /v1/chat/completions): "
+                                   "max_tokens=16384 cannot be greater than max_model_len=2048."), row["error"]
+    assert "agent exited with code 1" in row["error"]
+    outcome = json.loads((attempt_dir(run, row) / "outcome.json").read_text())
+    assert outcome["error"] == row["error"]
+    assert (Path(outcome["workspace"]) / "code" / "window.txt").read_text().strip() == "2048"
 
 
 def test_a_different_installed_version_is_refused(cli_bin):

@@ -48,6 +48,22 @@ def test_ids_change_with_what_decides_the_result_only():
     assert cells_for("sweep=demo", "task=arithmetic", "task.grader.batch_size=3")[0].cell_id == base.cell_id
 
 
+def test_a_drivers_window_decides_the_result_and_its_tokenizer_does_not():
+    """driver.context_window sets the agent's limits; unset (a local server is asked) it keeps the ids cells had
+    before the key existed. driver.tokenizer only counts cut calls' tokens."""
+    import dataclasses
+
+    from contracts.specs import DriverSpec
+
+    cell = cells_for("sweep=demo")[0]
+
+    def with_driver(**extra):
+        return dataclasses.replace(cell, driver=DriverSpec("local", "openai-compatible", "m", extra)).cell_id
+
+    assert with_driver() == with_driver(context_window=None) == with_driver(tokenizer="/models/m")
+    assert with_driver(context_window=2048) != with_driver()
+
+
 def test_adding_seeds_keeps_existing_ids():
     two = {c.cell_id for c in cells_for("sweep=demo")}
     three = {c.cell_id for c in cells_for("sweep=demo", "sweep.seeds=[0,1,2]")}
@@ -90,6 +106,8 @@ def test_a_config_that_extends_itself_is_refused(tmp_path, monkeypatch):
     (["task=arithmetic", "+task.grader.colour=red"], "task arithmetic: grader: unknown key(s) ['colour']"),
     (["task=arithmetic", "task.grader.batch_size=0"], "task arithmetic: grader.batch_size=0 must be an integer >= 1"),
     (["task=arithmetic", "+task.rollout.num_hosts=1.5"], "task arithmetic: rollout.num_hosts=1.5 must be an integer"),
+    (["task=webshop", "task.rollout.num_hosts=null", "+task.rollout.host_cpus=1"],
+     "task webshop: rollout.num_hosts is null (one host per CPU of the cluster) while host_cpus=1 reserves CPUs"),
     (["task=arithmetic", "task.cls=nope"], "unknown task 'nope'; known: alfworld"),
     (["sweep.agents=[sft]", "+agent.kind=robot"], "agent.kind='robot' must be one of 'builtin', 'cli', 'command'"),
     # an agent.args key its agent does not read (a typo) would be ignored: its script's DEFAULTS, its CLI's knobs

@@ -18,8 +18,8 @@ from evaluators.contamination import HiddenItems, phrase, relative_distance
 from orchestrator.ledger import Ledger
 from tests.conftest import ROOT, compose
 
-SETTINGS = ContaminationSettings(ngram=8, threshold=0.5, max_file_mb=1, near_copy_tol=1e-6, max_files=1000,
-                                 max_total_mb=10, max_s=60)
+SETTINGS = ContaminationSettings(ngram=8, threshold=0.5, max_file_mb=1, near_copy_tol=1e-6, known_closer_ratio=0.5,
+                                 max_files=1000, max_total_mb=10, max_s=60)
 LONG = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
         "clips did Natalia sell altogether in April and May?")
 

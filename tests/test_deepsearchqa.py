@@ -19,15 +19,14 @@ import httpx
 import pytest
 
 from contracts.runs import RunRegistration
-from contracts.task import load_task, prompt_file
+from contracts.task import load_task
 from contracts.task_spec import TaskSpec
 from envs.deepsearchqa import prompt
 from envs.deepsearchqa.answers import answer_correct, normalize_answer
 from envs.deepsearchqa.expert import plan
-from evaluators.backends.base import EvaluatorBackend
 from evaluators.evaluate import evaluate_loaded
-from tests.conftest import load_script
 from tests.support.runs import bare_run
+from tests.support.scripted_backend import ScriptedBackend
 
 WORLD = {"people": 24, "organisations": 8, "cities": 6, "countries": 3, "distractors": 2}
 SMALL = {"name": "deepsearchqa_t", "cls": "deepsearchqa", "level": 3, "base_model": "tiny-deepsearchqa",
@@ -42,29 +41,15 @@ def task(cache_dir):
     return load_task(SMALL, cache_dir)
 
 
-class ExpertBackend(EvaluatorBackend):
-    """Replies with the expert's next action for each chat (looked up by question and step): the grader's loop,
-    rendering and parsing are real; only the model is replaced."""
+def expert(plans: dict[str, list[str]], wrap: str = "Thought: go on.\nAction: {}"):
+    """A policy replying with the expert's next action for each chat (looked up by question and step)."""
+    def reply(text: str) -> str:
+        lines = text.splitlines()
+        previous = lines[1].removeprefix("Previous actions: ")
+        return wrap.format(plans[lines[0].removeprefix("Question: ")][0 if previous == "none" else
+                                                                      len(previous.split("; "))])
 
-    def __init__(self, plans: dict[str, list[str]], wrap: str = "Thought: go on.\nAction: {}"):
-        super().__init__(batch_size=8)
-        self.plans, self.wrap, self.batches = plans, wrap, []
-
-    def load(self, model_dir):
-        return model_dir
-
-    def weights_digest(self, loaded) -> str:
-        return "expert"
-
-    def generate(self, loaded, conversations, decoding):
-        self.batches.append(len(conversations))
-        out = []
-        for conv in conversations:
-            lines = conv[-1]["content"].splitlines()
-            previous = lines[1].removeprefix("Previous actions: ")
-            n = 0 if previous == "none" else len(previous.split("; "))
-            out.append(self.wrap.format(self.plans[lines[0].removeprefix("Question: ")][n]))
-        return out
+    return reply
 
 
 def test_worlds_and_questions_are_deterministic_per_seed(task, cache_dir, tmp_path):
@@ -119,6 +104,35 @@ def test_search_ranks_the_fact_first_and_is_stable(task):
             rebuilt = pickle.loads(pickle.dumps(backend))  # what a grader worker or a rollout host gets
             assert rebuilt._index is None and rebuilt.search(hop.query, 3) == hits
     assert backend.search("zzqx the of", 3) == []  # no query word in any document: no results
+
+
+def test_a_batch_of_steps_answers_as_the_steps_one_by_one(task):
+    """step_many (a rollout host's part of a batch: one search call for all queries) answers each episode exactly as
+    its own step would: searches, a query matching nothing, invalid actions, answers, a finished episode, the limit."""
+    env = task.environment()
+    instances = env.instances("train")[:4]
+    queries = [hop.query for inst in instances for hop in env.question(inst).hops]
+    answer = env.question(instances[1]).answer
+    rounds = [[f"search[{queries[0]}]", f"search[{queries[1]}]", "search[zzqx the of]", "dance"],
+              [f"search[{queries[2]}]", f"answer[{answer}]", "answer[nobody]", f"search[{queries[3]}]"],
+              [f"search[{queries[0]}]", "look", f"search[{queries[1]}]", "search[]"]]
+
+    def episodes():
+        out = [env.open(inst) for inst in instances]
+        for e in out:
+            e.reset()
+        out[3].max_steps = 2  # runs out of actions in the second round
+        return out
+
+    alone, together = episodes(), episodes()
+    answered = []
+    for actions in rounds:
+        expected = [e.step(a) for e, a in zip(alone, actions)]
+        answered.append(env.step_many(together, actions))
+        assert answered[-1] == expected
+        assert [e.steps for e in together] == [e.steps for e in alone]
+    assert answered[1][1].won and not answered[1][2].won and answered[0][2].observation.startswith("No results")
+    assert answered[2][1].observation == "The episode is over." and answered[1][3].done  # answered; out of steps
 
 
 def test_bad_actions_are_answered_in_game(task):
@@ -176,14 +190,14 @@ def test_lockstep_grading_of_eval_questions(task):
     rows = task.eval_rows()
     assert [r["instance"] for r in rows] == [i.name for i in env.instances("eval")] and "answer" not in rows[0]
     plans = {env.question(i).question: plan(env.question(i)) for i in env.instances("eval")}
-    expert = ExpertBackend(plans)
-    result = evaluate_loaded(task, expert, "expert", rows, 24)
+    backend = ScriptedBackend(expert(plans))
+    result = evaluate_loaded(task, backend, "expert", rows, 24)
     assert result["score"] == 100.0 and result["n"] == 4
-    assert expert.batches[0] == 4  # one batched call per step over the questions still open
+    assert backend.batches[0] == 4  # one batched call per step over the questions still open
     assert all(item["commands"][-1].startswith("answer[") for item in result["items"])
     guesses = {q: [p[-1]] + p for q, p in plans.items()}  # answering first ends each episode at once
     half = {q: (p if i % 2 else ["answer[Nobody Atall]"]) for i, (q, p) in enumerate(guesses.items())}
-    result = evaluate_loaded(task, ExpertBackend(half), "expert", rows, 24)
+    result = evaluate_loaded(task, ScriptedBackend(expert(half)), "expert", rows, 24)
     assert result["score"] == 50.0 and all(item["steps"] == 1 for item in result["items"])
 
 
@@ -212,27 +226,8 @@ def test_the_final_questions_are_a_world_of_their_own_and_graded(task, cache_dir
     assert [(r["id"], r["split"], r["instance"]) for r in rows] == [
         (f"deepsearchqa_t-final-{i}", "final", inst.name) for i, inst in enumerate(env.instances("final"))]
     plans = {env.question(i).question: plan(env.question(i)) for i in env.instances("final")}
-    result = evaluate_loaded(held, ExpertBackend(plans), "expert", rows, 24)
+    result = evaluate_loaded(held, ScriptedBackend(expert(plans)), "expert", rows, 24)
     assert result["score"] == 100.0 and result["n"] == 3
-
-
-def test_agents_get_its_render_and_parse(tmp_path, task):
-    from agents.kinds import agent_kind
-    from contracts.specs import AgentSpec
-
-    _, files = agent_kind("builtin").command(AgentSpec(name="sft_grpo", kind="builtin", script="sft_grpo"),
-                                             prompt_file(TaskSpec.from_config(SMALL)))
-    for name, source in files.items():
-        shutil.copy(source, tmp_path / name)
-    agent = load_script(tmp_path / "sft_grpo.py")
-    row = task.train_rows()[1]
-    env = task.environment()
-    question = env.question(next(i for i in env.instances("train") if i.name == row["game"]))
-    step = env.open(env.instances("train")[0]).reset()
-    assert agent.a2rl_client.chat(row) == row["messages"]
-    assert agent.a2rl_client.render(question.question, step.observation, [], []) == \
-        env.render(question.question, step, [])
-    assert agent.a2rl_client.parse("Action: search[x y]", []) == env.parse("Action: search[x y]", step)
 
 
 # ------------------------------------------------------------------------------------------------ real data

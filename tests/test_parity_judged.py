@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_upstream import FakeUpstream, Reply, ToolCall
+from tests.support.scripted_backend import ScriptedBackend
 
 FIXTURES = Path(__file__).parent / "fixtures" / "parity"
 KEY = "sk-judge-parity"
@@ -318,27 +319,18 @@ def test_deepsearchqa_judge_requests_and_verdicts_equal_the_originals(dsqa_fixtu
     assert len(dsqa_fixture["judge"]) == 19
 
 
-class ReactExpert:
-    """An EvaluatorBackend for the paper's loop: on a generated world, the expert's plan written as ReAct turns
-    (`Thought ... Action: search[...]` on one line, the answer the same way); records every decoding it is asked."""
+def react_expert(plans: dict[str, list[str]], own_line: bool = False) -> ScriptedBackend:
+    """The paper's loop's model: on a generated world, the expert's plan written as ReAct turns (`Thought ...
+    Action: search[...]` on one line, the answer the same way), cut at the decoding's stops as a backend cuts."""
+    def reply(prompt, decoding) -> str:
+        assert isinstance(prompt, str)                           # raw text, no chat template
+        question = prompt.split("\n\nQuestion: ")[1].split("\n")[0]
+        if decoding.stop == ("]",):                              # a forced answer
+            return plans[question][-1].removeprefix("answer[") + "] trailing"
+        n = prompt.count("\nObservation: ")
+        return f" Step {n}.{chr(10) if own_line else ' '}Action: {plans[question][n]}\nObservation: made up"
 
-    def __init__(self, plans: dict[str, list[str]], own_line: bool = False):
-        self.plans, self.own_line, self.decodings, self.prompts = plans, own_line, [], []
-
-    def generate(self, loaded, prompts, decoding):
-        self.decodings.append(decoding)
-        out = []
-        for prompt in prompts:
-            self.prompts.append(prompt)
-            assert isinstance(prompt, str)                       # raw text, no chat template
-            question = prompt.split("\n\nQuestion: ")[1].split("\n")[0]
-            if decoding.stop == ("]",):                          # a forced answer
-                out.append(decoding.cut(self.plans[question][-1].removeprefix("answer[") + "] trailing"))
-                continue
-            n = prompt.count("\nObservation: ")
-            sep = "\n" if self.own_line else " "
-            out.append(decoding.cut(f" Step {n}.{sep}Action: {self.plans[question][n]}\nObservation: made up"))
-        return out
+    return ScriptedBackend(reply, whole=True, cut=True)
 
 
 def paper_dsqa(cache_dir, judge=None, **extra):
@@ -389,7 +381,7 @@ def test_deepsearchqa_paper_grader_plays_react_and_judges_every_answer(cache_dir
         return "Correct." if predicted == gold else "incorrect\nbecause"
 
     judge = ScriptedJudge(verdict)
-    backend = ReactExpert(plans)
+    backend = react_expert(plans)
     result = evaluate_loaded(task, backend, "model", rows, judge=judge)
     assert result["score"] == 100.0 and result["metrics"]["judge_fallbacks"] == 0 and "flags" in result
     assert result["flags"] == []
@@ -402,7 +394,7 @@ def test_deepsearchqa_paper_grader_plays_react_and_judges_every_answer(cache_dir
     assert system == "You are a strict answer evaluator." and (temperature, max_tokens) == (0.5, None)
 
     # actions on their own line: cut by the stop, then forced answers (128 tokens, stopped at "]")
-    own = ReactExpert(plans, own_line=True)
+    own = react_expert(plans, own_line=True)
     forced = evaluate_loaded(task, own, "model", rows, judge=ScriptedJudge(lambda user: ""))
     assert Decoding(max_new_tokens=128, stop=("]",), repetition_penalty=1.0, chat_template=False) in own.decodings
     assert all(i["steps"] == 1 for i in forced["items"])       # the forced answer ends the episode
@@ -420,11 +412,11 @@ def react_prompt_in(text: str) -> bool:
 
 def test_deepsearchqa_paper_without_a_judge_is_approximate_and_a2rl_is_unchanged(cache_dir):
     from evaluators.evaluate import evaluate_loaded
-    from tests.test_deepsearchqa import SMALL, ExpertBackend
+    from tests.test_deepsearchqa import SMALL, expert
 
     task = paper_dsqa(cache_dir)
     plans = expert_plans(task)
-    result = evaluate_loaded(task, ReactExpert(plans), "model", task.eval_rows())
+    result = evaluate_loaded(task, react_expert(plans), "model", task.eval_rows())
     assert result["flags"] == ["approximate"] and result["score"] == 100.0
     assert all(i["judged_by"] == "substring: no judge" for i in result["items"])
     text = task.instructions()                                  # the agent reads the protocol it is graded by
@@ -433,7 +425,8 @@ def test_deepsearchqa_paper_without_a_judge_is_approximate_and_a2rl_is_unchanged
 
     a2rl = load_task(SMALL, cache_dir)                          # a2rl's protocol: the lockstep chat loop
     assert a2rl.protocol == "a2rl" and a2rl.play(a2rl.eval_rows(), None) is None
-    assert evaluate_loaded(a2rl, ExpertBackend(expert_plans(a2rl)), "model", a2rl.eval_rows())["score"] == 100.0
+    graded = evaluate_loaded(a2rl, ScriptedBackend(expert(expert_plans(a2rl))), "model", a2rl.eval_rows())
+    assert graded["score"] == 100.0
 
 
 def test_judge_request_without_a_limit_at_the_papers_temperature():

@@ -18,6 +18,7 @@ from orchestrator.analysis.report import build_report
 from orchestrator.analysis.run_report import cell_report, write_cell_reports
 from orchestrator.ledger import Ledger
 
+ESTIMATED = {"input_tokens": "characters/4", "output_tokens": "characters/4"}
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "analysis.ipynb"
 BASELINE = 0.5
 
@@ -34,8 +35,10 @@ def record_cell(ledger: Ledger, out: Path, s: CellSpec, subs: list, status: str,
     """subs: (t, improvement or None for a failed evaluation, flags). Writes code snapshots like the grader."""
     cid = s.cell_id
     ledger.mark_running(cid, attempt, 1000.0)
-    events = [{"t": t, "kind": "driver_usage", "payload": {"input_tokens": n, "output_tokens": 0, "cost_usd": 0.01}}
-              for t, n in usage]
+    # usage: (t, tokens) or (t, tokens, how the proxy estimated them: a stream cut before the server's usage)
+    events = [{"t": u[0], "kind": "driver_usage", "payload": {"input_tokens": u[1], "output_tokens": 0,
+                                                              "cost_usd": 0.01, "estimated": (u[2:] or [None])[0]}}
+              for u in usage]
     code = out / "workspaces" / cid / "code"
     code.mkdir(parents=True, exist_ok=True)
     best = None
@@ -86,7 +89,7 @@ def synthetic_sweep(tmp_path_factory):
     record_cell(ledger, out, specs["t1", "sft", 0], [(10.0, -0.05, []), (30.0, 0.1, [])], "completed",
                 usage=[(5.0, 100), (25.0, 200)], attempt=2)
     record_cell(ledger, out, specs["t1", "sft", 1], [(20.0, 0.3, []), (40.0, 0.2, [])], "budget_exhausted",
-                limit_hit="wall_time", usage=[(5.0, 50)])
+                limit_hit="wall_time", usage=[(5.0, 50, ESTIMATED)])
     record_cell(ledger, out, specs["t1", "sft", 2], [(20.0, None, [])], "agent_error", exit_code=1,
                 stderr="Traceback (most recent call last):\nValueError: bad learning rate\n")
     for seed in (0, 1):
@@ -191,6 +194,29 @@ def test_cell_reports_written_beside_the_ledger(synthetic_sweep):
     assert copy["outcome_class"] == "copy_model_fallback" and copy["copy_of_base_count"] == 1
     assert not (out / "cells" / specs["t2", "sft", 2].cell_id / "report.md").exists()  # pending: nothing yet
     assert set(write_cell_reports(out)) == {s.cell_id for k, s in specs.items() if k != ("t2", "sft", 2)}
+
+
+def test_estimated_driver_tokens_are_shown_as_such(synthetic_sweep):
+    """t1/sft/1's one driver call was cut before the server's usage: the sweep table flags it, the report lists it,
+    its cell report says how many of its tokens are the proxy's estimate."""
+    from orchestrator.summary import summary_rows
+
+    out, report_dir, specs = synthetic_sweep
+    cut = specs["t1", "sft", 1].cell_id
+    text = (report_dir / "report.md").read_text()
+    assert "## Estimated driver tokens" in text and f"[{cut}](../cells/{cut}/report.md) | t1 | sft | none | 1 | " \
+        "1 of 1 | 50 of 50 |" in text
+    assert pd.read_parquet(report_dir / "estimated_usage.parquet")["cell_id"].tolist() == [cut]
+    report = json.loads((out / "cells" / cut / "report.json").read_text())
+    assert (report["tokens"], report["estimated_calls"], report["estimated_tokens"]) == (50, 1, 50)
+    assert "(50 tokens of 1 cut call(s) estimated by the proxy)" in (out / "cells" / cut / "report.md").read_text()
+    ledger = Ledger(out / "ledger.sqlite")
+    try:
+        rows = {(r["task"], r["agent"]): r for r in summary_rows(ledger, [s.cell_id for s in specs.values()])}
+    finally:
+        ledger.close()
+    assert "driver tokens estimated x1 calls" in rows["t1", "sft"]["flags"]
+    assert not any("estimated" in f for f in rows["t2", "sft"]["flags"])
 
 
 def test_report_filters(synthetic_sweep, tmp_path):

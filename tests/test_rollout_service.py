@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from contracts.rollout_api import GAMES_KEYS, RESET_KEYS, ROUTES, STEP_KEYS
 from tests.support.runs import bare_run
 
 pytest.importorskip("alfworld")
@@ -22,7 +23,7 @@ SMALL_TASK = {
     "task_types": ["pick", "clean", "look"], "max_steps": 50, "expert": "ordered", "expert_episodes": 2,
     "expert_noise": 0.3, "max_receptacles_per_type": None, "max_receptacles": None, "eval_salt": None,
     "data_path": None, "build_workers": 1, "eval_workers": 0,
-    "rollout": {"num_hosts": 2, "num_replicas": 2, "max_sessions_per_run": 3, "idle_timeout_s": 30},
+    "rollout": {"num_hosts": 2, "num_replicas": 2, "max_sessions_per_run": 3, "idle_timeout_s": 120},
     "grader": {"backend": "transformers", "batch_size": 8, "max_new_tokens": 12, "num_cpus": 1, "num_gpus": 0},
 }
 
@@ -89,11 +90,21 @@ def test_games_are_the_train_split_only(service):
     assert body["max_steps"] == 50 and body["max_sessions"] == 3
     assert httpx.get(service["url"] + "/games", timeout=10).status_code == 401
     assert httpx.get(service["url"] + "/health", timeout=10).json()["games"] == 3
+    assert tuple(body) == GAMES_KEYS and tuple(body["games"][0]) == ("index", "name", "task_type")
+
+
+def test_the_routes_agents_read_about_are_the_routes_served():
+    """The instructions' rollout section comes from contracts.rollout_api.ROUTES: the service serves exactly those."""
+    from envs.rollout_service import api
+
+    served = {(method.upper(), path) for path, methods in api.openapi()["paths"].items() for method in methods}
+    assert served == {(r.method, r.path) for r in ROUTES}
 
 
 def test_an_episode_through_the_service_wins_with_the_walkthrough(service):
     client = Client(service)
     start = client.reset(game=0)
+    assert sorted(start) == sorted(RESET_KEYS)  # the answer's keys are those the instructions list
     assert start["game"]["index"] == 0 and start["task"] and not start["won"] and not start["done"]
     assert start["admissible_commands"] and "Your task is to" in start["observation"]
     plan = walkthrough(service["task"], 0)
@@ -102,7 +113,7 @@ def test_an_episode_through_the_service_wins_with_the_walkthrough(service):
         start = client.step(start["session_id"], cmd)
     assert start["won"] and start["done"] and start["reward"] == 1.0 and start["steps"] == len(plan)
     again = client.step(start["session_id"], "look")  # after the end: the same answer, nothing changes
-    assert again == start
+    assert again == start and sorted(again) == sorted(STEP_KEYS)
     # Reset the same session by name, replaying all but the last command on the service: one step from winning.
     name = client.get("/games").json()["games"][0]["name"]
     replayed = client.reset(session_id=start["session_id"], game=name, actions=plan[:-1])
@@ -193,14 +204,14 @@ def test_session_limit_close_and_close_run(service):
     assert r.status_code == 401 and r.json()["code"] == "invalid_token"
 
 
-# ~40 s waiting for the reaper's timeout to pass
+# ~2 min waiting for the reaper's timeout to pass
 @pytest.mark.slow
 def test_idle_sessions_are_reclaimed(service):
     client = Client(service)
     sids = [client.reset(game=i)["session_id"] for i in range(3)]
-    # idle_timeout_s=30 (10 expired sessions of the concurrency test whose steps waited on a loaded machine);
-    # hosts look every 5 s
-    time.sleep(30 + 6)
+    # idle_timeout_s=120: at 30, sessions of the concurrency test expired while their steps waited on a loaded
+    # machine; hosts look every 5 s
+    time.sleep(120 + 6)
     r = client.post("/step", {"session_id": sids[0], "command": "look"})
     assert r.status_code == 404 and r.json()["code"] == "unknown_session"
     assert client.get("/sessions").json()["sessions"] == []
@@ -230,6 +241,22 @@ def test_concurrent_sessions_across_replicas(service):
     assert results == [(True, len(plan))] * 6
     stats = service["handle"].stats.remote().result()
     assert all(h["opened"] > 0 for h in stats)
+
+
+def test_hosts_are_sized_to_the_cluster(ray_cluster):
+    """rollout.num_hosts null: one host per CPU Ray sees, never more than a run's sessions."""
+    import ray
+
+    from contracts.task_spec import TaskSpec
+    from envs.rollout_service import host_count
+
+    def rollout(**given):
+        return TaskSpec.from_config({**SMALL_TASK, "rollout": {**SMALL_TASK["rollout"], **given}}).rollout
+
+    cpus = int(ray.cluster_resources()["CPU"])
+    assert host_count(rollout(num_hosts=None, max_sessions_per_run=cpus + 8)) == cpus
+    assert host_count(rollout(num_hosts=None, max_sessions_per_run=1)) == 1
+    assert host_count(rollout(num_hosts=cpus + 3)) == cpus + 3
 
 
 # -- batches, and what the routers know without asking the registry ---------------------------------------------------

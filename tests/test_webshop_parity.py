@@ -10,6 +10,7 @@ import pytest
 
 from envs.webshop import paper_prompt
 from envs.webshop.reward import reward, spacy_model_note
+from tests.support.scripted_backend import ScriptedBackend
 
 FIXTURES = Path(__file__).parent / "fixtures" / "parity"
 
@@ -97,7 +98,7 @@ def test_the_paper_protocol_grades_success_rate_with_the_originals_decoding(cach
     from contracts.task import load_task
     from envs.webshop import expert
     from evaluators.evaluate import evaluate_loaded
-    from tests.test_webshop import SMALL, Policy
+    from tests.test_webshop import SMALL
 
     paper = load_task({**SMALL, "name": "webshop_paper_t", "protocol": "paper"}, cache_dir)
     own = load_task(SMALL, cache_dir)
@@ -115,7 +116,7 @@ def test_the_paper_protocol_grades_success_rate_with_the_originals_decoding(cach
     def the_expert(chat):  # replays the episode's actions (read off the prompt's history) on a session of its own
         from envs.webshop.shop import ShopSession
 
-        user = chat  # Policy hands the user text
+        user = chat  # the scripted policy gets the last message
         goal = goals[user.split("\n\nInstruction: ", 1)[1].split("\n\n", 1)[0]]
         session = ShopSession(env.shop, goal)
         for line in user.splitlines():
@@ -124,14 +125,14 @@ def test_the_paper_protocol_grades_success_rate_with_the_originals_decoding(cach
         return "Action: " + expert.expert_action(session)
 
     rows = paper.eval_rows()
-    graded = evaluate_loaded(paper, Policy(the_expert), "scripted", rows)
+    graded = evaluate_loaded(paper, ScriptedBackend(the_expert), "scripted", rows)
     items = graded["items"]
     assert graded["score"] == pytest.approx(100 * sum(i["reward"] >= 0.5 for i in items) / len(items))
     assert graded["metrics"]["mean_reward"] == pytest.approx(100 * sum(i["reward"] for i in items) / len(items))
     assert graded["score"] == 100.0 and all(i["commands"][-1] == "click[buy now]" for i in items)
     # the generated store stands in for WebShop's synthetic goals: the record says so, the score is approximate
     assert "approximate" in graded["flags"] and any("generated store" in n for n in graded["approximations"])
-    own_graded = evaluate_loaded(own, Policy(lambda prompt: "click[nothing]"), "scripted", own.eval_rows())
+    own_graded = evaluate_loaded(own, ScriptedBackend(lambda prompt: "click[nothing]"), "scripted", own.eval_rows())
     assert own_graded["score"] == 0.0 and "flags" not in own_graded
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 TEXT_LIMIT = 2000
 COMMON_ARGS = ("preamble", "extra_args")  # the agent.args every CLI takes (build_prompt, extra_args)
+OUTPUT_SHARE = 4   # a reply may take a quarter of a known context window
 
 PREAMBLE = ("You are an autonomous agent working alone in the folder {workspace} (your current directory). "
             "Nobody will answer questions or approve actions: decide, act, and keep working until the task is "
@@ -53,6 +54,24 @@ class Context:
     @property
     def provider(self) -> str:
         return self.driver["provider"]
+
+    @property
+    def context_window(self) -> int | None:
+        """The driver model's context window (driver.context_window, or what its server reported), if known."""
+        return self.driver.get("context_window")
+
+    @property
+    def context_limit(self) -> int | None:
+        """The context the CLI may assume: the model's window when known, else the agent's `context_limit`."""
+        return self.context_window or self.args.get("context_limit")
+
+    @property
+    def output_limit(self) -> int | None:
+        """The most tokens the CLI asks for in one reply: the agent's `output_limit`, at most a quarter of a known
+        window, so the prompt keeps the rest (a server refuses prompt + max_tokens beyond its window, and vLLM
+        max_tokens alone beyond it: a model served with 2,048 tokens refused every call of output_limit 16384)."""
+        limits = [self.args.get("output_limit"), self.context_window and self.context_window // OUTPUT_SHARE]
+        return min((int(x) for x in limits if x), default=None)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,9 @@ class Codex(CliAdapter):
         codex_home = ctx.home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
         effort = ctx.args.get("reasoning_effort")
+        # A model Codex does not know (a local one) gets the window its server reported, for Codex's compaction.
+        window = [f"model_context_window = {ctx.context_window}",
+                  f"model_max_output_tokens = {ctx.output_limit}"] if ctx.context_window else []
         (codex_home / "config.toml").write_text("\n".join([
             f"model = {toml_str(ctx.model)}",
             'model_provider = "a2rl"',
@@ -40,6 +43,7 @@ class Codex(CliAdapter):
             'sandbox_mode = "danger-full-access"',
             "check_for_update_on_startup = false",
             *([f"model_reasoning_effort = {toml_str(effort)}"] if effort else []),
+            *window,
             "[analytics]", "enabled = false",
             "[feedback]", "enabled = false",
             "[features]", "unbounded_connection_retries = false",

@@ -33,8 +33,7 @@ class OpenCode(CliAdapter):
     def launch(self, ctx: Context) -> Launch:
         pid, path, npm = PROVIDERS[ctx.provider]
         model = {"name": ctx.model, "tool_call": True,
-                 "limit": {"context": int(ctx.args.get("context_limit", 200_000)),
-                           "output": int(ctx.args.get("output_limit", 16_384))}}
+                 "limit": {"context": int(ctx.context_limit), "output": int(ctx.output_limit)}}
         provider = {"options": {"baseURL": ctx.proxy_url + path, "apiKey": ctx.key}, "models": {ctx.model: model}}
         if npm:
             provider.update(npm=npm, name="a2rl driver proxy")

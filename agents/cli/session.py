@@ -6,7 +6,8 @@
     session.close()                                   # the key stops working; in-flight calls are recorded
 
 Any agent whose cell has a driver gets A2RL_DRIVER_BASE_URL / A2RL_DRIVER_KEY / A2RL_DRIVER_PROVIDER /
-A2RL_DRIVER_MODEL (a `command` agent calls its LLM through those); a `cli` agent also gets its adapter's command
+A2RL_DRIVER_MODEL (and A2RL_DRIVER_CONTEXT_WINDOW where the model's window is known; a `command` agent calls its LLM
+through those); a `cli` agent also gets its adapter's command
 line, config files and variables. The real provider key stays in the proxy: nothing here ever sees it.
 """
 from __future__ import annotations
@@ -74,6 +75,7 @@ class AgentSession:
         self._limit: Limit | None = None
         self._proxy_url = ""
         self._proxy_app = ""
+        self.driver = driver_config(cell)   # start() adds the model's context window the proxy found
         self.final_usage: dict | None = None
 
     def _proxy(self):
@@ -105,9 +107,13 @@ class AgentSession:
         driver = driver_config(self.cell)
         self.key = self._proxy().register_cell.remote(self.cell.cell_id, driver, limits,
                                                       str(records_path)).result(timeout_s=RPC_TIMEOUT_S)
+        # The agent's limits follow the model's window: driver.context_window, or what a local server reports.
+        window = self._proxy().context_window.remote(self.key).result(timeout_s=RPC_TIMEOUT_S)
+        self.driver = {**driver, "context_window": window}
         openai_style = provider(driver["provider"]).openai_style
         env.update({"A2RL_DRIVER_BASE_URL": proxy_url + ("/v1" if openai_style else ""), "A2RL_DRIVER_KEY": self.key,
-                    "A2RL_DRIVER_PROVIDER": driver["provider"], "A2RL_DRIVER_MODEL": driver.get("model") or ""})
+                    "A2RL_DRIVER_PROVIDER": driver["provider"], "A2RL_DRIVER_MODEL": driver.get("model") or "",
+                    **({"A2RL_DRIVER_CONTEXT_WINDOW": str(window)} if window else {})})
         self._proxy_url = proxy_url
         return argv if self.adapter is None else self.command(workspace, env)
 
@@ -117,7 +123,7 @@ class AgentSession:
         assert self.adapter is not None and self.exe is not None and self.key is not None
         args = dict(self.cell.agent.args or {})
         ctx = Context(workspace=workspace, home=Path(env["HOME"]), prompt=build_prompt(workspace, args, continuation),
-                      driver=driver_config(self.cell), proxy_url=self._proxy_url, key=self.key, args=args)
+                      driver=self.driver, proxy_url=self._proxy_url, key=self.key, args=args)
         launch = self.adapter.launch(ctx)
         if self.parser is not None:
             self.parser.home = ctx.home
@@ -180,5 +186,6 @@ class AgentSession:
         out = {"agent_version": self.version} if self.adapter else {}
         if self.final_usage:
             out["driver_usage"] = {k: self.final_usage.get(k) for k in (
-                "calls", "refused", "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "wait_s")}
+                "calls", "refused", "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "wait_s",
+                "estimated_calls", "estimated_tokens")}
         return out

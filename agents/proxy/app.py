@@ -3,7 +3,8 @@
 Agents talk to it as if it were their provider (Anthropic messages, OpenAI chat completions and
 responses, Gemini generateContent), with a per-cell key. It forwards to the cell's real upstream with
 the real key, passes streams through as they arrive, reads token usage from the upstream's own usage
-fields, records each call durably, and refuses calls (in the provider's error shape) once the cell's
+fields (a stream cut before its usage arrived is counted by agents.proxy.estimate and marked so),
+records each call durably, and refuses calls (in the provider's error shape) once the cell's
 token or cost budget is spent.
 
 Run it with uvicorn (`python -m agents.proxy`, or `agents.proxy.ThreadServer` in-process) or as a
@@ -11,6 +12,7 @@ Ray Serve deployment (`agents.proxy.deployment`). Cells live in one process: run
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import time
@@ -23,10 +25,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from agents.proxy import upstream
 from agents.proxy.cells import Cell, CellRegistry
+from agents.proxy.estimate import Tokenizers, anthropic_count, estimate
 from agents.proxy.protocols import (budget_status, caller_key, error_response, gemini_model_path,
                                     parse_json, prepare_body, protocol_of_path, response_headers,
                                     upstream_headers, upstream_url)
-from agents.proxy.upstream import RetryPolicy, UpstreamUnreachable, send
+from agents.proxy.upstream import RetryPolicy, UpstreamUnreachable, send, served_context_window
 from agents.proxy.usage import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, StreamMeter, Usage, usage_from_body
 
 ADMIN_HEADER = "x-a2rl-admin-token"
@@ -47,6 +50,24 @@ class ProxyState(CellRegistry):
         self.admin_token = admin_token
         self.read_timeout_s, self.max_connections, self.trust_env = read_timeout_s, max_connections, trust_env
         self.client: aiohttp.ClientSession | None = None   # opened by the app's lifespan, in its loop
+        self.tokenizers = Tokenizers()
+        self.background: set[asyncio.Task] = set()   # cut calls being counted (held: the loop keeps weak refs)
+
+    def register_cell(self, cell_id: str, driver: dict, limits: dict | None, records_path: str,
+                      key: str | None = None) -> str:
+        key = super().register_cell(cell_id, driver, limits, records_path, key)
+        self.tokenizers.warm(driver.get("tokenizer"))
+        return key
+
+    async def context_window(self, key: str) -> int | None:
+        """The cell's driver model's context window: the driver's `context_window`, else (an OpenAI-compatible
+        server) what the server reports, else None (unknown: the agent keeps its own limits)."""
+        cell = self._cells[key]
+        if cell.driver.get("context_window"):
+            return int(cell.driver["context_window"])
+        if cell.driver["provider"] != "openai-compatible":
+            return None
+        return await served_context_window(cell.driver, cell.real_key, self.trust_env)
 
 
 def make_app(state: ProxyState) -> FastAPI:
@@ -143,12 +164,12 @@ async def proxy_call(state: ProxyState, request: Request, protocol: str, path: s
     endpoint = path + (model_method or "")
 
     def record(usage=Usage(), *, status, error=None, stream=False, wait_s=0.0, attempts=0,
-               model=driver.get("model"), requested=None, now=False):
+               model=driver.get("model"), requested=None, now=False, estimated=None):
         """Record this call; returns an awaitable that ends once the line is on disk (now=True:
         already on disk, for paths that cannot await, i.e. a cancelled stream)."""
         call = dict(t=t0, endpoint=endpoint, model=model, requested_model=requested, usage=usage,
                     latency_s=time.monotonic() - start, wait_s=wait_s, attempts=attempts,
-                    status=status, stream=stream, error=error)
+                    status=status, stream=stream, error=error, estimated=estimated)
         return cell.record(**call) if now else cell.record_async(**call)
 
     raw = await request.body()
@@ -188,7 +209,15 @@ async def proxy_call(state: ProxyState, request: Request, protocol: str, path: s
     if stream and resp.status < 400:
         meter = StreamMeter(protocol)
         meter.sse = "text/event-stream" in resp.headers.get("content-type", "")
-        return StreamingResponse(relay(cell, resp, meter, record, facts), status_code=resp.status,
+        count = None
+        if protocol == ANTHROPIC and driver["provider"] == "anthropic":
+            count_url = upstream_url(driver, "/v1/messages/count_tokens", [])
+            count = lambda: anthropic_count(state.client, count_url, headers, body)  # noqa: E731
+
+        async def estimated(usage: Usage) -> tuple[Usage, dict]:
+            return await estimate(protocol, body, usage, meter.events(), driver.get("tokenizer"), state.tokenizers,
+                                  count)
+        return StreamingResponse(relay(state, cell, resp, meter, record, facts, estimated), status_code=resp.status,
                                  headers=out_headers)
 
     try:
@@ -206,27 +235,49 @@ async def proxy_call(state: ProxyState, request: Request, protocol: str, path: s
     return Response(data, status_code=resp.status, headers=out_headers)
 
 
-async def relay(cell: Cell, resp: aiohttp.ClientResponse, meter: StreamMeter, record, facts: dict):
+async def relay(state: ProxyState, cell: Cell, resp: aiohttp.ClientResponse, meter: StreamMeter, record,
+                facts: dict, estimated):
     """Pass the upstream stream on chunk by chunk while metering it; record when it ends.
 
     The record is written (and fsynced) before the response closes, also when the agent hangs up
-    or the upstream breaks off mid-stream: tokens the upstream produced are counted either way.
+    or the upstream breaks off mid-stream: tokens the upstream produced are counted either way, from
+    the stream's final usage, or (cut before it) by estimated(usage so far) -> (usage, how).
     """
     try:
         async for chunk in resp.content.iter_any():
             meter.feed(chunk)
             yield scrub(cell, chunk)
     except BaseException as exc:   # noqa: BLE001 - recorded, then re-raised
-        # Cancelled (the agent hung up) or broken: nothing can be awaited any more, so write now.
+        # Cancelled (the agent hung up, or its deadline killed it) or broken: nothing can be awaited here any more.
         error = "client disconnected" if isinstance(exc, (anyio.get_cancelled_exc_class(), GeneratorExit)) \
             else f"stream broken: {type(exc).__name__}: {exc}"
-        record(meter.usage(), status=resp.status, error=error, now=True, **facts)
+        usage = meter.usage()
+        if meter.final:
+            record(usage, status=resp.status, error=error, now=True, **facts)
+        else:   # counted in a task of its own; the call stays in flight (close_cell waits) until its line is on disk
+            task = asyncio.get_running_loop().create_task(
+                record_estimated(record, estimated, usage, status=resp.status, error=error, **facts))
+            state.background.add(task)
+            task.add_done_callback(state.background.discard)
         resp.close()   # drop the connection: the rest of this stream is not wanted
         raise
     else:
-        await record(meter.usage(), status=resp.status, **facts)
+        usage = meter.usage()
+        if meter.final:
+            await record(usage, status=resp.status, **facts)
+        else:   # ended without its usage (a server that sends none): counted like a cut stream
+            await record_estimated(record, estimated, usage, status=resp.status, **facts)
     finally:
         resp.release()
+
+
+async def record_estimated(record, estimated, usage: Usage, **call) -> None:
+    """Record a call whose stream never gave its final usage, with the tokens counted by the proxy."""
+    try:
+        usage, how = await estimated(usage)
+    except Exception as exc:  # noqa: BLE001 - the call must be recorded whatever the count's trouble
+        how = {"failed": f"{type(exc).__name__}: {exc}"}
+    await record(usage, estimated=how, **call)
 
 
 def scrub(cell: Cell, data: bytes) -> bytes:

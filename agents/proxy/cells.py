@@ -34,6 +34,12 @@ def validate_driver(driver: dict) -> dict:
         value = driver.get(key)
         if value is not None and (not isinstance(value, (int, float)) or value < 0):
             raise ValueError(f"driver {name}: {key}={value!r} must be a number >= 0")
+    window = driver.get("context_window")
+    if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window <= 0):
+        raise ValueError(f"driver {name}: context_window={window!r} must be a number of tokens > 0, or null (asked "
+                         "from an OpenAI-compatible server's /v1/models)")
+    if driver.get("tokenizer") is not None and not isinstance(driver["tokenizer"], str):
+        raise ValueError(f"driver {name}: tokenizer={driver['tokenizer']!r} must be a hub id or a path, or null")
     return driver
 
 
@@ -52,6 +58,8 @@ class Cell:
     cached_tokens: int = 0
     cost_usd: float = 0.0
     wait_s: float = 0.0
+    estimated_calls: int = 0    # calls whose tokens the proxy counted itself (a stream cut before its usage)
+    estimated_tokens: int = 0
     closed: bool = False
     in_flight: int = 0      # calls accepted and not yet recorded (close_cell waits for them to land)
     _fd: int = field(default=-1, repr=False)
@@ -95,10 +103,13 @@ class Cell:
 
     def _account(self, *, t: float, endpoint: str, model: str | None, requested_model: str | None,
                  usage: Usage, latency_s: float, wait_s: float, attempts: int, status: int,
-                 stream: bool, error: str | None) -> tuple[dict, bytes]:
+                 stream: bool, error: str | None, estimated: dict | None = None) -> tuple[dict, bytes]:
         # On the event loop, so the budget is up to date before the next call is checked.
         cost = cost_usd(usage, self.driver)
         self.calls += 1
+        if estimated:
+            self.estimated_calls += 1
+            self.estimated_tokens += usage.total_tokens
         self.input_tokens += usage.input_tokens
         self.output_tokens += usage.output_tokens
         self.cached_tokens += usage.cached_tokens
@@ -111,9 +122,10 @@ class Cell:
             "output_tokens": usage.output_tokens, "cached_tokens": usage.cached_tokens,
             "cost_usd": round(cost, 10), "latency_s": round(latency_s, 6), "wait_s": round(wait_s, 6),
             "attempts": attempts, "status": status, "stream": stream, "error": error,
-            # False when the upstream reported no usage (e.g. an OpenAI-compatible server that ignores
-            # stream_options): the call then cost tokens this line cannot show.
             "metered": usage.input_tokens + usage.output_tokens > 0,
+            # How the proxy counted tokens the upstream never reported (agents.proxy.estimate), per count; None: the
+            # counts are the upstream's own.
+            "estimated": estimated,
         }
         data = (json.dumps(line) + "\n").encode()
         if self.real_key:   # belt and braces: an upstream error message might quote the key
@@ -148,6 +160,9 @@ class Cell:
         self.cached_tokens += line["cached_tokens"]
         self.cost_usd += line["cost_usd"]
         self.wait_s += line["wait_s"]
+        if line.get("estimated"):
+            self.estimated_calls += 1
+            self.estimated_tokens += line["input_tokens"] + line["output_tokens"]
 
     def usage(self) -> dict:
         return {
@@ -155,7 +170,8 @@ class Cell:
             "refused": self.refused, "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens, "cached_tokens": self.cached_tokens,
             "total_tokens": self.input_tokens + self.output_tokens, "cost_usd": self.cost_usd,
-            "wait_s": self.wait_s, "max_tokens": self.max_tokens, "max_cost_usd": self.max_cost_usd,
+            "wait_s": self.wait_s, "estimated_calls": self.estimated_calls,
+            "estimated_tokens": self.estimated_tokens, "max_tokens": self.max_tokens, "max_cost_usd": self.max_cost_usd,
             "exhausted": self.exhausted(), "closed": self.closed, "records_path": self.records_path,
             "in_flight": self.in_flight,
         }

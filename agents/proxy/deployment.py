@@ -91,6 +91,9 @@ class DriverProxy:
     async def usage(self, key: str) -> dict:
         return self.state.usage(key)
 
+    async def context_window(self, key: str) -> int | None:
+        return await self.state.context_window(key)
+
 
 def deploy(keys: dict[str, str], retry: dict | None = None, num_cpus: float = 0, scope: str = "") -> str:
     """Start the sweep's proxy application (unless this process runs it with the same settings already); returns its

@@ -59,6 +59,29 @@ def retry_after(response: aiohttp.ClientResponse) -> float | None:
         return None
 
 
+async def served_context_window(driver: dict, real_key: str | None, trust_env: bool = True,
+                                timeout_s: float = 10.0) -> int | None:
+    """The context window of the driver's model as its OpenAI-compatible server reports it: `max_model_len` in the
+    model's entry of GET /v1/models (vLLM's field); None when the server does not say or cannot be asked. A session
+    of its own: this is asked once per cell, from whichever event loop the caller is on."""
+    from agents.proxy.protocols import upstream_headers, upstream_url
+
+    url = upstream_url(driver, "/v1/models", [])
+    headers = upstream_headers({}, driver, real_key)
+    try:
+        async with aiohttp.ClientSession(trust_env=trust_env, timeout=aiohttp.ClientTimeout(total=timeout_s)) as s, \
+                s.get(url, headers=headers) as resp:
+            if resp.status >= 400:
+                return None
+            listing = await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    models = listing.get("data") if isinstance(listing, dict) else None
+    entry = next((m for m in models or [] if isinstance(m, dict) and m.get("id") == driver.get("model")), None)
+    window = (entry or {}).get("max_model_len")
+    return int(window) if isinstance(window, int) and window > 0 else None
+
+
 def session(read_timeout_s: float = 600.0, max_connections: int = 2048,
             trust_env: bool = True) -> aiohttp.ClientSession:
     """The proxy's one upstream session; create it inside the serving event loop."""

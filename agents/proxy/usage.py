@@ -71,10 +71,14 @@ def usage_from_body(protocol: str, body: bytes) -> Usage:
     return from_usage_dict(protocol, obj.get("usage") if isinstance(obj, dict) else None)
 
 
+KEEP_BYTES = 16 << 20   # of one stream, for counting it if cut; beyond, what it generated is counted from the start
+
+
 class StreamMeter:
     """Reads usage out of a server-sent-event stream as it passes, without holding the stream.
 
-    Only complete events that mention usage are JSON-decoded, so text deltas cost a substring scan.
+    Only complete events that mention usage are JSON-decoded, so text deltas cost a substring scan. The chunks are
+    kept too: a stream cut before its final usage is counted from what it carried (agents.proxy.estimate).
     """
 
     def __init__(self, protocol: str):
@@ -82,12 +86,18 @@ class StreamMeter:
         self._buf = b""
         self._raw: dict | None = None   # the provider's usage object, merged across events
         self._tail = b""                # non-SSE streams (Gemini JSON array): kept whole, parsed at the end
+        self._chunks: list[bytes] = []   # up to KEEP_BYTES: a stream's own size (a 16k-token reply: ~2-3 MB of SSE)
+        self._kept = 0
+        self.final = False              # the stream's final usage arrived: its counts are the server's own
         self.sse = True
 
     def feed(self, chunk: bytes) -> None:
         if not self.sse:
             self._tail += chunk
             return
+        if self._kept < KEEP_BYTES:
+            self._chunks.append(chunk)
+            self._kept += len(chunk)
         buf = self._buf + chunk
         # Events end with a blank line: \n\n, or \r\n\r\n as Google's servers send.
         end = max(buf.rfind(b"\n\n"), buf.rfind(b"\r\n\r\n"))
@@ -101,37 +111,73 @@ class StreamMeter:
                     self._event(event)
 
     def _event(self, event: bytes) -> None:
-        data = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            return
-        if not isinstance(obj, dict):
+        obj = _event_data(event)
+        if obj is None:
             return
         p = self.protocol
         if p == ANTHROPIC:
-            # message_start carries input (and a provisional output count); message_delta the running
+            # message_start carries input (and a provisional output count); message_delta the final
             # output count (and, in newer API versions, input counts again). Later values win.
             u = (obj.get("message") or {}).get("usage") if obj.get("type") == "message_start" else obj.get("usage")
             if isinstance(u, dict):
                 self._raw = {**(self._raw or {}), **{k: v for k, v in u.items() if v is not None}}
+                self.final = self.final or obj.get("type") == "message_delta"
         elif p == OPENAI_CHAT:
             if obj.get("usage"):
                 self._raw = obj["usage"]
+                # the usage chunk has no choices (vLLM's continuous_usage_stats puts usage in every chunk)
+                self.final = self.final or not obj.get("choices") or any(
+                    c.get("finish_reason") for c in obj["choices"] if isinstance(c, dict))
         elif p == OPENAI_RESPONSES:
             u = (obj.get("response") or {}).get("usage")
             if u:
                 self._raw = u
+                self.final = self.final or obj.get("type") in ("response.completed", "response.incomplete",
+                                                               "response.failed")
         elif p == GEMINI:
             if obj.get("usageMetadata"):
                 self._raw = obj["usageMetadata"]
+                # every chunk has usageMetadata; the last (with the finish reason) has the output count
+                self.final = self.final or any(c.get("finishReason") for c in obj.get("candidates") or []
+                                               if isinstance(c, dict))
 
     def usage(self) -> Usage:
         if not self.sse:
+            try:
+                json.loads(self._tail)
+                self.final = True   # the whole array arrived
+            except ValueError:
+                pass
             return usage_from_body(self.protocol, self._tail)
         if self._buf.strip():
             self.feed(b"\n\n")   # a last event without its trailing blank line
         return from_usage_dict(self.protocol, self._raw)
+
+    def events(self) -> list[dict]:
+        """Every complete event the stream carried, decoded (for counting what a cut stream generated)."""
+        if not self.sse:   # a JSON array, perhaps cut: its complete elements
+            out: list[dict] = []
+            decoder, text, i = json.JSONDecoder(), self._tail.decode("utf-8", "replace"), 0
+            while (i := text.find("{", i)) >= 0:
+                try:
+                    obj, i = decoder.raw_decode(text, i)
+                except ValueError:
+                    break
+                out.append(obj)
+            return out
+        raw = b"".join(self._chunks)
+        events = (_event_data(e) for e in raw.replace(b"\r\n", b"\n").split(b"\n\n"))
+        return [e for e in events if e is not None]
+
+
+def _event_data(event: bytes) -> dict | None:
+    """The JSON object in one server-sent event's data lines (None: no data, not JSON, or not an object)."""
+    data = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
+    try:
+        obj = json.loads(data) if data else None
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def cost_usd(usage: Usage, driver: dict) -> float:

@@ -201,18 +201,29 @@ def _game_meta(game_path: Path) -> dict[str, Any]:
     return {"task_type": data.get("task_type", ""), "pddl_params": data.get("pddl_params", {})}
 
 
-def play_commands(game: AlfWorldGame, commands: Sequence[str]) -> list[dict[str, Any]] | None:
-    """Replay ``commands`` from reset; the per-step states if they win the game, else None."""
+def play_until_won(game: AlfWorldGame, choose, limit: int) -> list[dict[str, Any]] | None:
+    """Play from reset, each command chosen by ``choose(obs, admissible)`` (``{"command", ...what to keep}``, or
+    None to give up); the per-step states ``{obs, admissible, command, ...}`` if that wins within ``limit`` steps,
+    else None."""
     obs, info = game.reset()
     steps = []
-    for cmd in commands:
-        steps.append({"obs": obs, "admissible": info["admissible_commands"], "command": cmd})
-        obs, _, done, info = game.step(cmd)
+    for _ in range(limit):
+        chosen = choose(obs, info["admissible_commands"])
+        if chosen is None:
+            return None
+        steps.append({"obs": obs, "admissible": info["admissible_commands"], **chosen})
+        obs, _, done, info = game.step(chosen["command"])
         if info["won"]:
             return steps
         if done:
             return None
     return None
+
+
+def play_commands(game: AlfWorldGame, commands: Sequence[str]) -> list[dict[str, Any]] | None:
+    """Replay ``commands`` from reset; the per-step states if they win the game, else None."""
+    planned = iter(commands)
+    return play_until_won(game, lambda obs, admissible: {"command": next(planned)}, len(commands))
 
 
 def search_commands(game: AlfWorldGame, task_type: str, pddl_params: dict[str, Any],
@@ -220,19 +231,12 @@ def search_commands(game: AlfWorldGame, task_type: str, pddl_params: dict[str, A
     """Run the search expert; the per-step states if it wins within ``max_steps``, else None."""
     expert = SearchExpert()
     expert.reset(task_type, pddl_params)
-    obs, info = game.reset()
-    steps = []
-    for _ in range(max_steps):
-        cmd = expert.act(obs, info["admissible_commands"])
-        if cmd is None:
-            return None
-        steps.append({"obs": obs, "admissible": info["admissible_commands"], "command": cmd})
-        obs, _, done, info = game.step(cmd)
-        if info["won"]:
-            return steps
-        if done:
-            return None
-    return None
+
+    def choose(obs: str, admissible: list[str]) -> dict | None:
+        cmd = expert.act(obs, admissible)
+        return None if cmd is None else {"command": cmd}
+
+    return play_until_won(game, choose, max_steps)
 
 
 def expert_steps(game_path: str | Path, mode: str = "search", max_steps: int = MAX_STEPS) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 from contracts.environment import Demonstration
 
 from .engine import MAX_STEPS, AlfWorldGame
-from .expert import SearchExpert, _game_meta, demonstrations, expert_steps
+from .expert import SearchExpert, _game_meta, demonstrations, expert_steps, play_until_won
 
 
 class OrderedSearchExpert(SearchExpert):
@@ -50,10 +50,9 @@ def ordered_episode(game: AlfWorldGame, meta: dict[str, Any], noise: float = 0.0
     rng = random.Random(seed)
     expert = OrderedSearchExpert()
     expert.reset(meta["task_type"], meta["pddl_params"])
-    obs, info = game.reset()
-    steps, history = [], []
-    for _ in range(max_steps):
-        admissible = info["admissible_commands"]
+    history: list[str] = []
+
+    def choose(obs: str, admissible: list[str]) -> dict | None:
         cmd, label = None, True
         if noise and history and rng.random() < noise:
             cmd = _perturbation(rng, history, admissible)
@@ -64,15 +63,11 @@ def ordered_episode(game: AlfWorldGame, meta: dict[str, Any], noise: float = 0.0
             cmd = expert.act(obs, admissible)
             if cmd is None:
                 return None
-        steps.append({"obs": obs, "admissible": admissible, "history": list(history), "command": cmd,
-                      "label": label})
+        chosen = {"history": list(history), "command": cmd, "label": label}
         history.append(cmd)
-        obs, _, done, info = game.step(cmd)
-        if info["won"]:
-            return steps
-        if done:
-            return None
-    return None
+        return chosen
+
+    return play_until_won(game, choose, max_steps)
 
 
 def ordered_demonstrations(game_path: str | Path, episodes: int = 1, noise: float = 0.0, max_steps: int = MAX_STEPS,

@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from functools import cached_property
 from pathlib import Path
 
 from contracts.decoding import Decoding
-from contracts.environment import ROLLOUT_BATCHES, Demonstration
-from contracts.file_lock import locked
+from contracts.environment import Demonstration
+from contracts.file_lock import build_once
 from contracts.registry import register
 from contracts.specs import ConfigError
 from contracts.task import InteractiveTask
@@ -33,7 +30,6 @@ from contracts.task_spec import TaskSpec
 from envs.alfworld import paper_prompt, prompt
 from envs.alfworld.environment import AlfWorldEnvironment, AlfWorldPaperEnvironment
 
-SALT_FILE = "alfworld-eval-salt"
 
 
 def _expert_demonstrations(job: tuple) -> list[Demonstration]:
@@ -74,8 +70,8 @@ class AlfWorldTask(InteractiveTask):
         name = spec.name
         if expert not in ("search", "ordered", "planner"):
             raise ValueError(f"task {name}: expert={expert!r} must be 'search', 'ordered' or 'planner'")
-        self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
-        self.n_final = self.n_eval if final_size is None else int(final_size)
+        self.set_splits(n_train, n_eval, final_size, eval_salt, caps=bool(data_path))
+        self.seed = int(seed)
         self.task_types = list(task_types) if task_types else None
         for knob, value in (("max_receptacles_per_type", max_receptacles_per_type),
                             ("max_receptacles", max_receptacles)):
@@ -86,14 +82,9 @@ class AlfWorldTask(InteractiveTask):
         self.max_steps = int(max_steps)
         self.expert = expert
         self.expert_episodes, self.expert_noise = int(expert_episodes), float(expert_noise)
-        self.eval_salt = eval_salt
         self.data_path = data_path
         self.build_workers = int(build_workers)
         self.eval_workers = int(eval_workers)  # processes stepping eval games while the model generates
-        if not data_path and (self.n_train < 1 or self.n_eval < 1):
-            raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1")
-        if self.n_final < 0:
-            raise ValueError(f"task {name}: final_size={final_size} must be >= 0 (or null: as many as n_eval)")
         self.react_prompts = react_prompts
         if self.protocol == "paper" and self.max_steps != paper_prompt.MAX_STEPS:
             raise ValueError(f"task {name}: max_steps={max_steps}, but the paper protocol plays "
@@ -133,40 +124,18 @@ class AlfWorldTask(InteractiveTask):
             raise ConfigError(f"task {self.name}: {e}") from e
 
     # -- games ------------------------------------------------------------------------------------------------
-    def _salt(self) -> str:
-        from contracts.grading_secrets import grading_secret
-
-        return str(self.eval_salt) if self.eval_salt else grading_secret(self.cache_dir, SALT_FILE)
-
     @cached_property
     def games_dir(self) -> Path:
         """CACHE_DIR/grading/alfworld/<key>: the key covers everything that decides the games."""
         from envs.alfworld.generator import GENERATOR_VERSION
 
-        salt_digest = hashlib.sha256(self._salt().encode()).hexdigest()
+        salt_digest = hashlib.sha256(self.salt().encode()).hexdigest()
         spec = [GENERATOR_VERSION, self.n_train, self.n_eval, self.seed, self.task_types, salt_digest,
                 str(self.data_path or "")]
         if self.max_receptacles_per_type or self.max_receptacles:  # only when set: default caches keep their keys
             spec += [self.max_receptacles_per_type, self.max_receptacles]
         key = hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
         return self.cache_dir / "grading" / "alfworld" / key
-
-    @staticmethod
-    def _build_once(folder: Path, build) -> None:
-        """build(tmp) fills a temporary folder, renamed to `folder` when done: once, under a file lock (the grader,
-        the rollout hosts and the orchestrator may ask at the same time). build returns what done.json says."""
-        if (folder / "done.json").exists():
-            return
-        with locked(folder.parent / f".{folder.name}.lock"):
-            if (folder / "done.json").exists():
-                return
-            tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-            try:
-                (tmp / "done.json").write_text(json.dumps(build(tmp)))
-                shutil.rmtree(folder, ignore_errors=True)
-                os.rename(tmp, folder)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
 
     @cached_property
     def _splits(self) -> dict[str, list[Path]]:
@@ -179,12 +148,13 @@ class AlfWorldTask(InteractiveTask):
         def build(tmp: Path) -> dict:
             from envs.alfworld.generator import build_splits
 
-            build_splits(tmp, self.n_train, self.n_eval, self.seed, self.task_types, eval_salt=self._salt(),
+            tmp.mkdir()
+            build_splits(tmp, self.n_train, self.n_eval, self.seed, self.task_types, eval_salt=self.salt(),
                          eval_dir=tmp / "eval", max_per_type=self.max_receptacles_per_type,
                          max_receptacles=self.max_receptacles, workers=self.build_workers)
             return {"n_train": self.n_train, "n_eval": self.n_eval}
 
-        self._build_once(self.games_dir, build)
+        build_once(self.games_dir, build, marker="done.json")
         return {split: sorted((self.games_dir / split).rglob("game.tw-pddl")) for split in ("train", "eval")}
 
     @cached_property
@@ -200,14 +170,15 @@ class AlfWorldTask(InteractiveTask):
         def build(tmp: Path) -> dict:
             from envs.alfworld.generator import build_final_split, split_fingerprints
 
+            tmp.mkdir()
             taken = split_fingerprints(self.games_dir / "train") | split_fingerprints(self.games_dir / "eval")
-            build_final_split(tmp, self.n_final, self.seed, self.task_types, eval_salt=self._salt(), exclude=taken,
+            build_final_split(tmp, self.n_final, self.seed, self.task_types, eval_salt=self.salt(), exclude=taken,
                               max_per_type=self.max_receptacles_per_type, max_receptacles=self.max_receptacles,
                               workers=self.build_workers)
             return {"n_final": self.n_final}
 
         folder = self.games_dir / f"final-{self.n_final}"
-        self._build_once(folder, build)
+        build_once(folder, build, marker="done.json")
         return sorted(folder.rglob("game.tw-pddl"))
 
     def game_name(self, path: Path) -> str:
@@ -237,43 +208,34 @@ class AlfWorldTask(InteractiveTask):
         return self._environment
 
     # -- rows -------------------------------------------------------------------------------------------------
-    @cached_property
-    def _train(self) -> list[dict]:
+    def make_train_rows(self) -> list[dict]:
         protocol = "" if self.protocol == "a2rl" else f"-{self.protocol}"  # rows are rendered in the protocol's prompt
         path = self.games_dir / f"train-{self.expert}-{self.expert_episodes}-{self.expert_noise:g}{protocol}.jsonl"
         games = self.train_games()  # builds the splits first (under their own lock)
-        if not path.exists():
-            with locked(path.with_name(f".{path.name}.lock")):
-                if not path.exists():
-                    jobs = [(str(game), self.game_name(game), self.expert, self.expert_episodes, self.expert_noise,
-                             self.max_steps) for game in games]
-                    if self.build_workers > 1:  # the engine is pure Python: processes, spawned (never fork Ray)
-                        import concurrent.futures
-                        import multiprocessing
 
-                        with concurrent.futures.ProcessPoolExecutor(
-                                self.build_workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                            per_game = list(pool.map(_expert_demonstrations, jobs, chunksize=8))
-                    else:
-                        per_game = [_expert_demonstrations(job) for job in jobs]
-                    rows = self.expert_rows(d for demos in per_game for d in demos)
-                    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-                    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-                    os.replace(tmp, path)
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        def make_rows() -> list[dict]:
+            jobs = [(str(game), self.game_name(game), self.expert, self.expert_episodes, self.expert_noise,
+                     self.max_steps) for game in games]
+            if self.build_workers > 1:  # the engine is pure Python: processes, spawned (never fork Ray)
+                import concurrent.futures
+                import multiprocessing
 
-    def train_rows(self) -> list[dict]:
-        return [dict(row) for row in self._train]
+                with concurrent.futures.ProcessPoolExecutor(
+                        self.build_workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                    per_game = list(pool.map(_expert_demonstrations, jobs, chunksize=8))
+            else:
+                per_game = [_expert_demonstrations(job) for job in jobs]
+            return self.expert_rows(d for demos in per_game for d in demos)
+
+        return self.cached_rows(path, make_rows)
 
     # -- the agent's view ---------------------------------------------------------------------------------------
     def _grading_text(self, final: str) -> str:
-        max_new = self.grader.max_new_tokens
         if self.protocol == "paper":
             return f"""## How the grader plays and scores (the original benchmark's protocol)
 
 The hidden eval split has {self.n_eval} other games of the same kinds{final}. For each, the grader resets the game
-and, every step, feeds the submitted model this raw text (no chat template) and decodes greedily, at most
-{paper_prompt.MAX_NEW_TOKENS} new tokens, cut at the first newline, no repetition penalty:
+and, every step, {self.grader_asks("this raw text")}:
 
     {paper_prompt.HEADER.strip()}
     <ReAct's two examples for the game's task type (react_<type>_1, react_<type>_0 of ReAct's react_prompts.json)>
@@ -291,8 +253,7 @@ won** within {self.max_steps} steps."""
         return f"""## How the grader plays and scores
 
 The hidden eval split has {self.n_eval} other games of the same kinds{final}. For each, the grader resets the game
-and, every step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
-add_generation_prompt=True)`) and decodes greedily, at most {max_new} new tokens, stopping at the eos token:
+and, every step, {self.grader_asks("this chat")}:
 
     system:    {prompt.SYSTEM_PROMPT}
     user:      Task: <task sentence>.
@@ -307,10 +268,8 @@ forgiven); a command the game does not know is answered "Nothing happens." and c
 in lockstep, in batches. The score is **100 x the fraction of eval games won** within {self.max_steps} steps."""
 
     def instructions(self) -> str:
-        rows = self._train
+        rows = self.train_split
         example = rows[min(3, len(rows) - 1)]
-        limit = self.rollout.max_sessions_per_run
-        idle = self.rollout.idle_timeout_s
         n_games = len(self.train_games())
         default = "ALFWorld: household text games (find, take, clean, heat, cool, place)."
         final = f" (a held-out final split has {self.n_final} more)" if self.n_final else ""
@@ -341,21 +300,4 @@ The expert ({self.expert}) uses only what the prompt shows; it never sees hidden
 
 {self._grading_text(final)}
 
-## Rollout service (train games only)
-
-Play the {n_games} train games online, e.g. for RL, with the same run token (`Authorization: Bearer $A2RL_RUN_TOKEN`);
-the service's URL is `$A2RL_ROLLOUT_URL` (= `$GRADING_SERVER_URL/env`; also `rollout_url` in run.json):
-
-- `GET  /env/games` -> `{{"games": [{{"index", "name", "task_type"}}], "max_steps", "max_sessions"}}` (names match the
-  `game` field of the train data)
-- `POST /env/reset {{"game": <index or name, optional: random if absent>, "session_id": <optional: reuse one>,
-  "actions": [<optional commands replayed after the reset>]}}` -> `{{"session_id", "game", "task", "observation",
-  "admissible_commands", "won", "done", "steps"}}`
-- `POST /env/step {{"session_id", "command"}}` -> `{{"observation", "admissible_commands", "reward" (1 when won),
-  "won", "done", "steps"}}`. An unknown command is answered by the game ("Nothing happens.").
-{ROLLOUT_BATCHES}
-- `POST /env/close {{"session_id"}}` frees a session.
-
-At most {limit} open sessions per run (429 beyond); a session idle for {idle:.0f} s is closed. Episodes end after
-{self.max_steps} steps (`done`). Errors are JSON `{{"error", "code"}}` with 4xx status.
-"""
+{self.rollout_section()}"""

@@ -32,7 +32,6 @@ import json
 from functools import cached_property
 
 from contracts.decoding import Decoding
-from contracts.environment import ROLLOUT_BATCHES
 from contracts.registry import register
 from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
@@ -40,7 +39,6 @@ from envs.deepsearchqa import prompt, react
 from envs.deepsearchqa.environment import DeepSearchQAEnvironment
 from envs.deepsearchqa.world import RELATIONS, Question
 
-SALT_FILE = "deepsearchqa-eval-salt"
 WORLD_KEYS = ("people", "organisations", "cities", "countries", "distractors")
 SEARCH_DEFAULTS = {"url": None, "query_param": "q", "key_env": None, "key_param": "api_key", "params": {},
                    "timeout_s": 10.0, "documents": None}
@@ -50,6 +48,8 @@ SEARCH_DEFAULTS = {"url": None, "query_param": "q", "key_env": None, "key_param"
 class DeepSearchQATask(InteractiveTask):
     environment_class = DeepSearchQAEnvironment
     protocols = ("a2rl", "paper")
+    instance_noun, action_noun = "questions", "actions"
+    reward_text = "1 for a correct answer, else 0"
 
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
                  hops: list[int], relations: list[str] | None, world: dict, top_k: int, max_steps: int,
@@ -66,13 +66,10 @@ class DeepSearchQATask(InteractiveTask):
         one (the paper's: gpt-5.2; null: the driver's own)."""
         super().__init__(spec)
         name = spec.name
-        self.n_train, self.n_eval, self.seed = int(n_train), int(n_eval), int(seed)
-        self.n_final = self.n_eval if final_size is None else int(final_size)
+        self.set_splits(n_train, n_eval, final_size, eval_salt)
+        self.seed = int(seed)
         self.hops = [int(h) for h in hops]
         self.top_k, self.max_steps = int(top_k), int(max_steps)
-        if self.n_train < 1 or self.n_eval < 1 or self.n_final < 0:
-            raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1, "
-                             f"final_size={final_size} >= 0 (or null: as many as n_eval)")
         if not self.hops or any(h < 1 or h >= self.max_steps for h in self.hops):
             raise ValueError(f"task {name}: hops={hops} must be chain lengths from 1 to max_steps - 1 "
                              f"({self.max_steps - 1}): the answer takes a step too")
@@ -93,7 +90,7 @@ class DeepSearchQATask(InteractiveTask):
         if data_path and bool(self.search["url"]) == bool(self.search["documents"]):
             raise ValueError(f"task {name}: real questions (data_path={data_path!r}) need one search backend: "
                              "search.url (an HTTP search API) or search.documents (a local JSONL / folder)")
-        self.eval_salt, self.data_path = eval_salt, data_path
+        self.data_path = data_path
         self.eval_workers = int(eval_workers)
         self.judge = judge if isinstance(judge, dict) and judge.get("provider") not in (None, "none") else None
         if self.judge and judge_model and self.protocol == "paper":
@@ -190,17 +187,12 @@ class DeepSearchQATask(InteractiveTask):
             return react.substring_match(predicted, gold, answer_type), f"substring: {type(e).__name__}: {e}"[:200]
 
     # -- questions ------------------------------------------------------------------------------------------------
-    def _salt(self) -> str:
-        from contracts.grading_secrets import grading_secret
-
-        return str(self.eval_salt) if self.eval_salt else grading_secret(self.cache_dir, SALT_FILE)
-
     def _generated(self, split: str, exclude=frozenset()):
         from envs.deepsearchqa.generated import generated_split
 
         # the hidden splits' worlds are salted; "final" is a world of its own beside the eval one
         seed_text = f"deepsearchqa-train:{self.seed}" if split == "train" else \
-            f"deepsearchqa-{split}:{self.seed}:{self._salt()}"
+            f"deepsearchqa-{split}:{self.seed}:{self.salt()}"
         n = {"train": self.n_train, "eval": self.n_eval, "final": self.n_final}[split]
         return generated_split(seed_text, n, self.hops, self.world, self.top_k, self.max_steps, self.relations,
                                exclude)
@@ -250,16 +242,12 @@ class DeepSearchQATask(InteractiveTask):
         return self._environment
 
     # -- rows -----------------------------------------------------------------------------------------------------
-    @cached_property
-    def _rows(self) -> list[dict]:
+    def make_train_rows(self) -> list[dict]:
         from envs.deepsearchqa.expert import demonstrations
 
         questions, backend = self._train
         demos = [d for q in questions for d in demonstrations(q, backend, self.top_k, self.max_steps)]
         return self.expert_rows(demos)
-
-    def train_rows(self) -> list[dict]:
-        return [dict(row) for row in self._rows]
 
 
     def _grading_instructions(self, final: str) -> str:
@@ -298,9 +286,7 @@ loop itself.
         return f"""## How the grader plays and scores
 
 The hidden eval split has {self.n_eval} other questions{final}. For each, the grader starts an episode and, every
-step, renders this chat with the submitted model's own chat template (`apply_chat_template(...,
-add_generation_prompt=True)`) and decodes greedily, at most {self.grader.max_new_tokens} new tokens, stopping at the
-eos token:
+step, {self.grader_asks("this chat")}:
 
     system:    {prompt.SYSTEM_PROMPT}
     user:      Question: <the question>
@@ -317,7 +303,7 @@ correctly**.
 
     # -- the agent's view -----------------------------------------------------------------------------------------
     def instructions(self) -> str:
-        rows = self._rows
+        rows = self.train_split
         example = next((r for r in rows if r["step"] == 1), rows[0])
         n_questions = len(self._train[0])
         source = (f"the real DeepSearchQA set (`{self.data_path}`)" if self.data_path else
@@ -356,22 +342,4 @@ The expert knows each question's chain of facts and searches them one by one (`<
 read off the previous results), then answers.
 
 {self._grading_instructions(final)}
-## Rollout service (train questions only)
-
-Play the {n_questions} train questions online, e.g. for RL, with the same run token (`Authorization: Bearer
-$A2RL_RUN_TOKEN`); the service's URL is `$A2RL_ROLLOUT_URL` (= `$GRADING_SERVER_URL/env`; also `rollout_url` in
-run.json). It calls questions "games" and actions "commands":
-
-- `GET  /env/games` -> `{{"games": [{{"index", "name", "hops"}}], "max_steps", "max_sessions"}}` (names match the
-  `game` field of the train data)
-- `POST /env/reset {{"game": <index or name, optional: random if absent>, "session_id": <optional: reuse one>,
-  "actions": [<optional actions replayed after the reset>]}}` -> `{{"session_id", "game", "task" (the question),
-  "observation", "won", "done", "steps"}}`
-- `POST /env/step {{"session_id", "command": "search[...]" or "answer[...]"}}` -> `{{"observation", "reward" (1 for a
-  correct answer), "won", "done", "steps"}}`
-{ROLLOUT_BATCHES}
-- `POST /env/close {{"session_id"}}` frees a session.
-
-At most {self.rollout.max_sessions_per_run} open sessions per run (429 beyond); a session idle for
-{self.rollout.idle_timeout_s:.0f} s is closed. Errors are JSON `{{"error", "code"}}` with 4xx status.
-"""
+{self.rollout_section()}"""

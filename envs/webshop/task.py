@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from functools import cached_property
 from pathlib import Path
 
 from contracts.decoding import Decoding
-from contracts.file_lock import locked
-from contracts.environment import ROLLOUT_BATCHES
 from contracts.registry import register
 from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
@@ -26,7 +23,6 @@ from envs.webshop import paper_prompt, prompt
 from envs.webshop.environment import WebShopEnvironment
 from envs.webshop.reward import SUCCESS, spacy_model_note
 
-SALT_FILE = "webshop-eval-salt"
 VERSION = 2  # of the generator, the expert and the rows: bump when what they produce changes (2: the original's reward)
 
 
@@ -38,6 +34,8 @@ class WebShopTask(InteractiveTask):
     # penalty 1.0), score = success rate (reward >= 0.5), WebShop's synthetic goals over items_shuffle_1000 when
     # data_path is given. Both use the original's reward (envs.webshop.reward).
     protocols = ("a2rl", "paper")
+    instance_noun, action_noun = "instructions", "actions"
+    reward_text = f"the purchase's reward once `done` (`won`: {SUCCESS} or more), else 0"
 
     def __init__(self, spec: TaskSpec, *, n_products: int, n_train: int, n_eval: int, final_size: int | None,
                  seed: int, product_types: list[str] | None, max_steps: int, expert_episodes: int,
@@ -52,13 +50,11 @@ class WebShopTask(InteractiveTask):
         folder is data_path)."""
         super().__init__(spec)
         name = spec.name
-        n_final = n_eval if final_size is None else int(final_size)
-        if n_train < 1 or n_eval < 1 or n_final < 0:
-            raise ValueError(f"task {name}: n_train={n_train} and n_eval={n_eval} must be >= 1, "
-                             f"final_size={final_size} >= 0 (or null: as many as n_eval)")
-        if not data_path and n_products < n_train + n_eval + n_final:
+        self.set_splits(n_train, n_eval, final_size, eval_salt)
+        if not data_path and n_products < self.n_train + self.n_eval + self.n_final:
             raise ValueError(f"task {name}: n_products={n_products} must be at least n_train + n_eval + final_size "
-                             f"({n_train + n_eval + n_final}): each instruction targets its own product")
+                             f"({self.n_train + self.n_eval + self.n_final}): each instruction targets its own "
+                             "product")
         if server_url and spec.protocol == "paper":
             raise ValueError(f"task {name}: server_url is not supported under protocol paper (its prompt shows the "
                              "pages after the last actions, which the remote client does not keep); drop server_url")
@@ -68,17 +64,11 @@ class WebShopTask(InteractiveTask):
         if expert_episodes < 1 or not 0 <= expert_noise < 1:
             raise ValueError(f"task {name}: expert_episodes={expert_episodes} must be >= 1 and "
                              f"expert_noise={expert_noise} in [0, 1)")
-        self.n_products, self.n_train, self.n_eval, self.seed = int(n_products), int(n_train), int(n_eval), int(seed)
-        self.n_final = n_final
+        self.n_products, self.seed = int(n_products), int(seed)
         self.product_types = list(product_types) if product_types else None
         self.max_steps, self.eval_workers = int(max_steps), int(eval_workers)
         self.expert_episodes, self.expert_noise = int(expert_episodes), float(expert_noise)
-        self.eval_salt, self.data_path, self.server_url = eval_salt, data_path, server_url
-
-    def _salt(self) -> str:
-        from contracts.grading_secrets import grading_secret
-
-        return str(self.eval_salt) if self.eval_salt else grading_secret(self.cache_dir, SALT_FILE)
+        self.data_path, self.server_url = data_path, server_url
 
     @cached_property
     def _data(self):
@@ -89,7 +79,7 @@ class WebShopTask(InteractiveTask):
                                 paper=self.protocol == "paper")
         from envs.webshop.catalogue import GeneratedShop
 
-        return GeneratedShop(self.n_products, self.n_train, self.n_eval, self.seed, self._salt(), self.product_types,
+        return GeneratedShop(self.n_products, self.n_train, self.n_eval, self.seed, self.salt(), self.product_types,
                              self.n_final)
 
     @cached_property
@@ -135,21 +125,9 @@ class WebShopTask(InteractiveTask):
         return [d for inst in env.instances("train") for e in range(self.expert_episodes)
                 for d in play(env, inst, e, self.expert_noise, self.seed)]
 
-    @cached_property
-    def _train(self) -> list[dict]:
+    def make_train_rows(self) -> list[dict]:
         path = self.rows_dir / f"train-{self.expert_episodes}-{self.expert_noise:g}.jsonl"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with locked(path.with_name(f".{path.name}.lock")):
-                if not path.exists():
-                    rows = self.expert_rows(self._demonstrations())
-                    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-                    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-                    os.replace(tmp, path)
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-    def train_rows(self) -> list[dict]:
-        return [dict(row) for row in self._train]
+        return self.cached_rows(path, lambda: self.expert_rows(self._demonstrations()))
 
     def decoding(self) -> Decoding:
         if self.protocol == "paper":  # RD-Agent's SamplingParams(temperature=0, max_tokens=100, stop=["\n"])
@@ -179,9 +157,8 @@ class WebShopTask(InteractiveTask):
         head = f"The hidden eval split has {self.n_eval} other instructions, for other products of the same catalogue"
         if self.protocol == "paper":
             return f"""{head}{final}. The grader plays them as the original benchmark's evaluator (RD-Agent's WebShop
-eval.py) does: for each, it opens the search page and, every step, renders a system message and a user message with
-the submitted model's own chat template (`apply_chat_template(..., add_generation_prompt=True)`) and decodes
-greedily, at most {paper_prompt.MAX_NEW_TOKENS} new tokens, stopping at the first newline, repetition penalty 1.0:
+eval.py) does: for each, it opens the search page and, every step,
+{self.grader_asks("a system message and a user message")}:
 
     system:    {paper_prompt.SYSTEM_PROMPT}
     user:      {paper_prompt.HEADER}
@@ -205,9 +182,8 @@ greedily, at most {paper_prompt.MAX_NEW_TOKENS} new tokens, stopping at the firs
 The reply is stripped, a leading `Action:` dropped, `choose[` read as `click[`, and the page reads the rest as
 `name[argument]` (argument lower-cased); anything else does nothing. The train rows' `messages` are exactly these
 prompts. All eval episodes are played in lockstep, in batches."""
-        return f"""{head}{final}. For each, the grader opens the search page and, every step, renders this chat
-with the submitted model's own chat template (`apply_chat_template(..., add_generation_prompt=True)`) and decodes
-greedily, at most {self.grader.max_new_tokens} new tokens, stopping at the eos token:
+        return f"""{head}{final}. For each, the grader opens the search page and, every step,
+{self.grader_asks("this chat")}:
 
     system:    {prompt.SYSTEM_PROMPT}
     user:      Instruction: <the instruction>
@@ -221,7 +197,7 @@ The reply's first non-empty line is the action ("Action:" prefixes, quotes, a tr
 click are forgiven; `choose[...]` means `click[...]`). All eval episodes are played in lockstep, in batches."""
 
     def instructions(self) -> str:
-        rows = self._train
+        rows = self.train_split
         if self.protocol == "paper":
             score_text = (f"The score of a submission is **the success rate**: 100 x the share of the hidden eval "
                           f"instructions whose purchase earns {SUCCESS} or more (0 for an episode that buys nothing); "
@@ -231,7 +207,6 @@ click are forgiven; `choose[...]` means `click[...]`). All eval episodes are pla
                           "instructions (0 for an episode that buys nothing); the success rate (reward >= "
                           f"{SUCCESS}, x100) is reported beside it.")
         example = rows[min(1, len(rows) - 1)]
-        limit, idle = self.rollout.max_sessions_per_run, self.rollout.idle_timeout_s
         default = "WebShop: find and buy the product an instruction asks for in a web store."
         return f"""{self.description.strip() or default}
 
@@ -277,22 +252,4 @@ Example:
 
 {self._grading_text()}
 
-## Rollout service (train instructions only)
-
-Shop for the {self.n_train} train instructions online, e.g. for RL, with the same run token (`Authorization: Bearer
-$A2RL_RUN_TOKEN`) at `$A2RL_ROLLOUT_URL` (= `$GRADING_SERVER_URL/env`; also `rollout_url` in run.json). The API calls
-instructions "games" and actions "commands":
-
-- `GET  /env/games` -> `{{"games": [{{"index", "name", "category"}}], "max_steps", "max_sessions"}}` (names match the
-  `game` field of the train data)
-- `POST /env/reset {{"game": <index or name, optional: random if absent>, "session_id": <optional: reuse one>,
-  "actions": [<optional actions replayed after the reset>]}}` -> `{{"session_id", "game", "task" (the instruction),
-  "observation", "admissible_commands", "reward", "won", "done", "steps"}}`
-- `POST /env/step {{"session_id", "command"}}` -> `{{"observation", "admissible_commands", "reward" (the purchase's,
-  when `done`), "won" (reward >= {SUCCESS}), "done", "steps"}}`
-{ROLLOUT_BATCHES}
-- `POST /env/close {{"session_id"}}` frees a session.
-
-At most {limit} open sessions per run (429 beyond); a session idle for {idle:.0f} s is closed. Errors are JSON
-`{{"error", "code"}}` with 4xx status.
-"""
+{self.rollout_section()}"""

@@ -29,7 +29,6 @@ Protocols (`protocol:` in the config):
 from __future__ import annotations
 
 import json
-from functools import cached_property
 from pathlib import Path
 
 from contracts.decoding import Decoding
@@ -49,6 +48,8 @@ PAPER_MAX_NEW_TOKENS = 512  # RD-Agent's eval_config max_tokens
 
 class PairwiseTask(Task):
     """A task whose eval rows carry `instruction` and `reference`, judged pairwise against the reference."""
+
+    item = "instruction"
 
     def __init__(self, spec: TaskSpec, judge_seed: int, metric: str):
         super().__init__(spec)
@@ -93,14 +94,9 @@ class PairwiseTask(Task):
         headline = ("the **length-controlled win rate** (AlpacaEval 2.0's GLM: what the win rate would be if your "
                     "outputs were as long as the reference's)" if self.metric == "lc_win_rate" else
                     "the **win rate** (wins count 1, draws 0.5)")
-        return f"""## How the grader asks and scores
-
-For each eval instruction the grader renders one chat message `{{"role": "user", "content": instruction}}` with the
-submitted model's own chat template, decodes greedily with at most {self.grader.max_new_tokens} new tokens and stops
-at the tokenizer's end-of-sequence token (so your submission needs a chat template and a correct `eos_token`).
-{who} then compares your output with a reference output for the same instruction, the two shown in a seeded random
-order. The score, 0-100, is {headline}, over the hidden eval instructions.
-"""
+        return self.grader_section(
+            f"{who} then compares your output with a reference output for the same instruction, the two shown in a "
+            f"seeded random order. The score, 0-100, is {headline}, over the hidden eval instructions.")
 
 
 @register("task", "alpacaeval")
@@ -180,17 +176,12 @@ class AlpacaEvalTask(PairwiseTask):
     def judging_instructions(self) -> str:
         if self.protocol != "paper":
             return super().judging_instructions()
-        return f"""## How the grader asks and scores (the paper's protocol: RD-Agent's AlpacaEval 2.0 evaluator)
-
-For each eval instruction the grader renders one chat message `{{"role": "user", "content": instruction}}` with the
-submitted model's own chat template, decodes greedily with at most {PAPER_MAX_NEW_TOKENS} new tokens (repetition
-penalty 1.0) and stops at the tokenizer's end-of-sequence token (so your submission needs a chat template and a
-correct `eos_token`); the reply is stripped. An LLM judge (`{self.judge.get('model')}`) then ranks your output
+        return self.grader_section(heading=" (the paper's protocol: RD-Agent's AlpacaEval 2.0 evaluator)", scoring=f"""\
+The reply is stripped. An LLM judge (`{self.judge.get('model')}`) then ranks your output
 against AlpacaEval 2.0's reference output (GPT-4 Turbo's, `alpaca_eval_gpt4_baseline.json`) with the alpaca_eval
 package's own annotator (`{Path(self.annotators_config).name}`: its ranking prompt, a forced tool call, the two
 outputs in a seeded order). The score, 0-100, is alpaca_eval's **length-controlled win rate** (`length_controlled_v1`:
-what the win rate would be if your outputs were as long as the reference's), over the hidden eval instructions.
-"""
+what the win rate would be if your outputs were as long as the reference's), over the hidden eval instructions.""")
 
     def _local_eval_folder(self) -> Path | None:
         local = Path(self.eval_data).expanduser()
@@ -229,8 +220,7 @@ what the win rate would be if your outputs were as long as the reference's), ove
                        "the local eval file nor in the Hugging Face cache (downloaded at first use: needs the network)")
         return out
 
-    @cached_property
-    def _train(self) -> list[dict]:
+    def make_train_rows(self) -> list[dict]:
         rows = []
         for i, item in enumerate(load_alpaca(self.train_data, self.n_train)):
             prompt = item["instruction"] + (f"\n\n{item['input']}" if item.get("input") else "")
@@ -245,31 +235,21 @@ what the win rate would be if your outputs were as long as the reference's), ove
             row["instruction_difficulty"] = float(item["instruction_difficulty"])
         return row
 
-    @cached_property
-    def _hidden(self) -> tuple[list[dict], list[dict]]:
+    def make_hidden_rows(self) -> tuple[list[dict], list[dict]]:
         """(feedback split, final split) of the eval set."""
         items = [{**item, "position": i} for i, item in enumerate(load_alpaca_eval(self.eval_data, self.eval_file))]
         rest, final = split_off_final(items, self.final_size, self.name)
         return ([self._row("eval", i, item) for i, item in enumerate(rest[:self.n_eval])],
                 [self._row("final", i, item) for i, item in enumerate(final)])
 
-    def train_rows(self) -> list[dict]:
-        return [dict(row) for row in self._train]
-
-    def eval_rows(self) -> list[dict]:
-        return [dict(row) for row in self._hidden[0]]
-
-    def final_rows(self) -> list[dict]:
-        return [dict(row) for row in self._hidden[1]]
-
     def instructions(self) -> str:
-        example = self._train[0]
+        example = self.train_split[0]
         final = f"; {self.final_size} more are a held-out final split" if self.final_size else ""
         return f"""{self.description.strip() or "AlpacaEval: follow open-ended instructions helpfully."}
 
 ## Data
 
-`data/train.jsonl` holds {len(self._train)} instruction-following examples (the first rows of Stanford Alpaca), one
+`data/train.jsonl` holds {len(self.train_split)} instruction-following examples (the first rows of Stanford Alpaca), one
 JSON object a line: `id`, `prompt` (the instruction, with its input when it has one), `completion` (Alpaca's
 output). Example:
 

@@ -32,6 +32,7 @@ from contracts.specs import ConfigError
 from contracts.task import Task, split_off_final
 from contracts.task_spec import TaskSpec
 from evaluators.tasks import opencompass_protocol as oc
+from evaluators.tasks.hub_dataset import HubDataset
 from evaluators.tasks.reasoning_gym_task import NUMBER, final_number
 
 ANSWER_MARK = "####"
@@ -61,6 +62,17 @@ def gsm8k_score(completion: str, answer: str) -> float:
 @register("task", "gsm8k")
 class Gsm8kTask(Task):
     protocols = ("a2rl", "paper")
+    item = "problem"
+    train_fields = {  # protocol a2rl's rows
+        "id": "the row's id", "prompt": "the message the grader sends, exactly (`question` inside the prompt template)",
+        "question": "the problem",
+        "completion": "GSM8K's worked solution (its `<<a*b=c>>` marks are the original's calculator annotations), "
+                      "ending with `#### <answer>`",
+        "answer": "the answer, a number"}
+    scoring = ("The reply's answer is the first number after its last `####` (GSM8K's convention: `#### 1,234` reads "
+               "as 1234), or, when it has no `####`, its last number. It scores 1 when that number equals the answer "
+               "(`18.00` equals `18`), else 0. The score of a submission is the percentage of eval problems answered "
+               "correctly.")
 
     def __init__(self, spec: TaskSpec, *, dataset: str, dataset_config: str, data_path: str | None,
                  train_size: int | None, eval_size: int | None, final_size: int, prompt_template: str,
@@ -73,43 +85,16 @@ class Gsm8kTask(Task):
         gsm8k_gen_1d7fe4.py (null: the one the installed opencompass package ships)."""
         super().__init__(spec)
         self.fewshot_file = Path(fewshot_file).expanduser().resolve() if fewshot_file else None
-        self.dataset, self.dataset_config = dataset, dataset_config
-        self.data_path = Path(data_path).expanduser().resolve() if data_path else None
-        if self.data_path is not None and not self.data_path.is_dir():
-            raise ConfigError(self._missing(f"data_path={data_path!r} is not a folder"))
+        self.data = HubDataset(spec.name, dataset, dataset_config, data_path, columns=("question", "answer"),
+                               label="GSM8K", offline="use the task gsm_symbolic (GSM8K-style problems that "
+                                                      "reasoning-gym generates) instead")
+        self.dataset, self.dataset_config, self.data_path = dataset, dataset_config, self.data.data_path
         self.train_size = None if train_size is None else int(train_size)
         self.eval_size = None if eval_size is None else int(eval_size)
         self.final_size = int(final_size)
         if "{question}" not in prompt_template:
             raise ValueError(f"task {spec.name}: prompt_template={prompt_template!r} must contain {{question}}")
         self.prompt_template = prompt_template
-
-    def _missing(self, why: str) -> str:
-        return (f"task {self.name}: no GSM8K data: {why}. Fetch {self.dataset} ({self.dataset_config}) once where "
-                f"the hub is reachable (datasets.load_dataset({self.dataset!r}, {self.dataset_config!r}) fills the "
-                f"Hugging Face cache), or set task.data_path=DIR holding {self.dataset_config}/train-*.parquet and "
-                f"{self.dataset_config}/test-*.parquet; offline, use the task gsm_symbolic (GSM8K-style problems "
-                f"that reasoning-gym generates) instead")
-
-    @cached_property
-    def _splits(self) -> dict:
-        import datasets
-
-        try:
-            if self.data_path is None:
-                loaded = datasets.load_dataset(self.dataset, self.dataset_config)
-            elif (self.data_path / self.dataset_config).is_dir():
-                loaded = datasets.load_dataset(str(self.data_path), data_dir=self.dataset_config)
-            else:  # the split files at the folder's top
-                loaded = datasets.load_dataset(str(self.data_path))
-        except Exception as e:  # offline without a cached copy, no such folder, files of another layout
-            raise ConfigError(self._missing(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")) \
-                from None
-        for split in ("train", "test"):
-            if split not in loaded or not {"question", "answer"} <= set(loaded[split].column_names):
-                raise ConfigError(self._missing(f"{self.data_path or self.dataset} has no {split} split with "
-                                                f"`question` and `answer` columns (splits: {list(loaded)})"))
-        return loaded
 
     @property
     def paper(self) -> bool:
@@ -154,9 +139,8 @@ class Gsm8kTask(Task):
         return {"id": f"{self.name}-{split}-{index}", "prompt": self.prompt_template.format(question=item["question"]),
                 "answer": "" if number is None else format(number, "f")}
 
-    @cached_property
-    def _train(self) -> list[dict]:
-        rows = self._splits["train"].to_list()[:self.train_size]
+    def make_train_rows(self) -> list[dict]:
+        rows = self.data.splits["train"].to_list()[:self.train_size]
         out = [{**self._row("train", i, item, i), "question": item["question"], "completion": item["answer"]}
                for i, item in enumerate(rows)]
         if self.paper:  # the chat the grader sends, so what an agent trains on is what is graded
@@ -164,10 +148,9 @@ class Gsm8kTask(Task):
                 row["messages"] = self.messages(row)
         return out
 
-    @cached_property
-    def _hidden(self) -> tuple[list[dict], list[dict]]:
+    def make_hidden_rows(self) -> tuple[list[dict], list[dict]]:
         """(feedback split, final split) of the test split."""
-        rest, final = split_off_final(list(enumerate(self._splits["test"].to_list())), self.final_size, self.name)
+        rest, final = split_off_final(list(enumerate(self.data.splits["test"].to_list())), self.final_size, self.name)
         return ([self._row("eval", i, item, p) for i, (p, item) in enumerate(rest[:self.eval_size])],
                 [self._row("final", i, item, p) for i, (p, item) in enumerate(final)])
 
@@ -187,95 +170,33 @@ class Gsm8kTask(Task):
         return {"opencompass_protocol.py": Path(oc.__file__).read_text(),
                 "gsm8k_fewshot.json": json.dumps(self.examples, indent=1, ensure_ascii=False) + "\n"}
 
-    def train_rows(self) -> list[dict]:
-        return [dict(row) for row in self._train]
-
-    def eval_rows(self) -> list[dict]:
-        return [dict(row) for row in self._hidden[0]]
-
-    def final_rows(self) -> list[dict]:
-        return [dict(row) for row in self._hidden[1]]
-
     def score(self, completion: str, row: dict) -> float:
         if self.paper:
             return oc.gsm8k_score(completion, row["answer"])
         return gsm8k_score(completion, row["answer"])
 
     def missing_data(self) -> list[str]:
-        """A local copy: both splits' files are there. A dataset id: the Hugging Face caches hold it (else it
-        downloads at first use, which needs the network)."""
         if self.paper and (self.fewshot_source() is None or not self.fewshot_source().is_file()):
-            return [self._no_fewshot()] + self._missing_dataset()
-        return self._missing_dataset()
-
-    def _missing_dataset(self) -> list[str]:
-        if self.data_path is not None:
-            folder = self.data_path / self.dataset_config
-            folder = folder if folder.is_dir() else self.data_path
-            absent = [split for split in ("train", "test") if not any(folder.rglob(f"{split}*"))]
-            return [self._missing(f"{folder} has no {' and no '.join(absent)} files")] if absent else []
-        if any(path.exists() for path in self.hidden_paths()):
-            return []
-        return [f"task {self.name}: {self.dataset} ({self.dataset_config}) is not in the Hugging Face cache: it "
-                f"downloads at first use (needs the network); offline, set task.data_path=DIR or use the task "
-                f"gsm_symbolic"]
+            return [self._no_fewshot()] + self.data.missing_data()
+        return self.data.missing_data()
 
     def hidden_paths(self) -> list[Path]:
-        """The local copy, or this dataset's entries in the Hugging Face caches (the test split is in both)."""
-        if self.data_path is not None:
-            return [self.data_path]
-        import datasets.config
-        from huggingface_hub import constants
+        return self.data.hidden_paths()
 
-        return [Path(constants.HF_HUB_CACHE) / f"datasets--{self.dataset.replace('/', '--')}",
-                Path(datasets.config.HF_DATASETS_CACHE) / self.dataset.replace("/", "___")]
+    def data_section(self, what: str = "", example: dict | None = None) -> str:
+        return super().data_section(what or f"GSM8K's train split ({len(self.train_split)} problems)", example)
 
     def instructions(self) -> str:
-        if self.paper:
-            return self._paper_instructions()
-        example = self._train[0]
-        final = f"; {len(self._hidden[1])} more are a held-out final split" if self.final_size else ""
-        return f"""{self.description.strip()}
-
-## Data
-
-`data/train.jsonl` holds GSM8K's train split ({len(self._train)} problems), one JSON object a line:
-
-- `id`: the row's id
-- `prompt`: the message the grader sends, exactly (`question` inside the prompt template)
-- `question`: the problem
-- `completion`: GSM8K's worked solution (its `<<a*b=c>>` marks are the original's calculator annotations), ending
-  with `#### <answer>`
-- `answer`: the answer, a number
-
-Example:
-
-```json
-{json.dumps(example, ensure_ascii=False)}
-```
-
-The hidden eval split is GSM8K's test split ({len(self._hidden[0])} problems{final}).
-
-## How the grader asks and scores
-
-For each eval problem the grader renders one chat message `{{"role": "user", "content": prompt}}` with the
-submitted model's own chat template (`apply_chat_template(..., add_generation_prompt=True)`), decodes greedily with
-at most {self.grader.max_new_tokens} new tokens, and stops at the tokenizer's end-of-sequence token. Your submission
-needs a tokenizer with a chat template and a correct `eos_token`.
-
-The reply's answer is the first number after its last `####` (GSM8K's convention: `#### 1,234` reads as 1234), or,
-when it has no `####`, its last number. It scores 1 when that number equals the answer (`18.00` equals `18`), else 0.
-The score of a submission is the percentage of eval problems answered correctly.
-"""
+        return self._paper_instructions() if self.paper else super().instructions()
 
     def _paper_instructions(self) -> str:
-        example = {k: v for k, v in self._train[0].items() if k != "messages"}
-        final = f"; {len(self._hidden[1])} more are a held-out final split" if self.final_size else ""
+        example = {k: v for k, v in self.train_split[0].items() if k != "messages"}
+        final = f"; {len(self.hidden_splits[1])} more are a held-out final split" if self.final_size else ""
         return f"""{self.description.strip()}
 
 ## Data
 
-`data/train.jsonl` holds GSM8K's train split ({len(self._train)} problems), one JSON object a line:
+`data/train.jsonl` holds GSM8K's train split ({len(self.train_split)} problems), one JSON object a line:
 
 - `id`: the row's id; `position`: its place in the split
 - `messages`: the chat the grader sends for this problem, exactly (four worked examples, then the question)
@@ -291,15 +212,14 @@ Example (without `messages`):
 {json.dumps(example, ensure_ascii=False)}
 ```
 
-The hidden eval split is GSM8K's test split ({len(self._hidden[0])} problems{final}).
+The hidden eval split is GSM8K's test split ({len(self.hidden_splits[0])} problems{final}).
 
 ## How the grader asks and scores (the paper's protocol: OpenCompass 0.5.1, gsm8k_gen_1d7fe4)
 
 For each eval problem the grader sends the chat of `messages`: four user/assistant pairs (OpenCompass's worked
 examples, each answer ending `The answer is N`), then the question as a user message; every user message ends with
 a newline. It renders the chat with the submitted model's own chat template (`apply_chat_template(...,
-add_generation_prompt=True)`), decodes greedily with at most {PAPER_MAX_NEW_TOKENS} new tokens and repetition
-penalty 1.0, and stops at the end-of-sequence tokens of the tokenizer and generation_config.json.
+add_generation_prompt=True)`) and {self.decoding().describe()}.
 
 The reply is read as OpenCompass does: `<think>...</think>` blocks removed (with only a closing tag, what follows
 it), the text cut at the first `Question:`, and the LAST number in what is left (`-?\\d+\\.\\d+|-?\\d+`: commas

@@ -85,6 +85,7 @@ def program(code_prompt: str, reply: str, entry_point: str, test: str) -> str:
 
 @register("task", "humaneval")
 class HumanEvalTask(Task):
+    item = "problem"
     protocols = ("a2rl", "paper")
 
     def __init__(self, spec: TaskSpec, *, problems_file: str | None, n_train: int, final_size: int,
@@ -203,6 +204,18 @@ class HumanEvalTask(Task):
             return self._paper_instructions()
         example = self.train_rows()[0]
         limits = self.limits
+        scoring = f"""\
+The reply's code is found this way: the first fenced block (```` ```python ... ``` ````) that defines the function,
+else the first fenced block, else the whole reply. Code that defines `def {example['entry_point']}(...)` anew runs
+after the problem's `code_prompt` (so its imports and helpers are there); anything else is taken as the function's
+body and appended to `code_prompt` (HumanEval's original format, that of `completion`). Then the problem's `test`
+runs and `check(<the function>)` is called.
+
+A problem passes when `check` returns. It runs alone in a sandbox: no network, no child processes or threads,
+{limits.cpu_s} s of CPU, {limits.timeout_s:g} s of wall time, {limits.memory_mb} MB of memory, and a
+{limits.scratch_mb} MB /tmp as the only writable place; exiting early (even with status 0) fails, and the function
+must return plain values (numbers, strings, None, lists, tuples, sets, dicts of them). The score is pass@1 x 100:
+the percentage of hidden problems that pass."""
         final = f" less the {self.final_size} of a held-out final split" if self.final_size else ""
         return f"""{self.description.strip()}
 
@@ -225,25 +238,7 @@ Example:
 
 The hidden eval split is the other {len(self._problems) - self.n_train} problems{final}, with their own tests.
 
-## How the grader asks and scores
-
-For each hidden problem the grader renders one chat message `{{"role": "user", "content": prompt}}` with the
-submitted model's own chat template (`apply_chat_template(..., add_generation_prompt=True)`), decodes greedily with
-at most {self.grader.max_new_tokens} new tokens, and stops at the tokenizer's end-of-sequence token. Your submission
-needs a tokenizer with a chat template and a correct `eos_token`.
-
-The reply's code is found this way: the first fenced block (```` ```python ... ``` ````) that defines the function,
-else the first fenced block, else the whole reply. Code that defines `def {example['entry_point']}(...)` anew runs
-after the problem's `code_prompt` (so its imports and helpers are there); anything else is taken as the function's
-body and appended to `code_prompt` (HumanEval's original format, that of `completion`). Then the problem's `test`
-runs and `check(<the function>)` is called.
-
-A problem passes when `check` returns. It runs alone in a sandbox: no network, no child processes or threads,
-{limits.cpu_s} s of CPU, {limits.timeout_s:g} s of wall time, {limits.memory_mb} MB of memory, and a
-{limits.scratch_mb} MB /tmp as the only writable place; exiting early (even with status 0) fails, and the function
-must return plain values (numbers, strings, None, lists, tuples, sets, dicts of them). The score is pass@1 x 100:
-the percentage of hidden problems that pass.
-"""
+{self.grader_section(scoring)}"""
 
     def _paper_instructions(self) -> str:
         example = self.train_rows()[0]
@@ -274,9 +269,7 @@ The hidden eval split is the other {len(self._problems) - self.n_train} problems
 ## How the grader asks and scores (the paper's protocol: OpenCompass 0.5.1, humaneval_gen)
 
 For each hidden problem the grader sends `prompt` as one user message, rendered with the submitted model's own chat
-template (`apply_chat_template(..., add_generation_prompt=True)`), decodes greedily with at most
-{PAPER_MAX_NEW_TOKENS} new tokens and repetition penalty 1.0, and stops at the end-of-sequence tokens of the
-tokenizer and generation_config.json.
+template (`apply_chat_template(..., add_generation_prompt=True)`), and {self.decoding().describe()}.
 
 The reply's code is read as OpenCompass does: `<think>...</think>` blocks removed, then the FIRST closed fenced
 block whose tag is letters/digits only (```` ```python ````, ```` ``` ````; not ```` ``` python ````, not an unclosed

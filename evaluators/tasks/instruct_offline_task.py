@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from functools import cached_property
 
 from contracts.registry import register
 from contracts.task_spec import TaskSpec
@@ -63,8 +62,7 @@ class InstructOfflineTask(PairwiseTask):
     def offline_judge(self):
         return RubricJudge("gold")
 
-    @cached_property
-    def _train(self) -> list[dict]:
+    def make_train_rows(self) -> list[dict]:
         rng = random.Random(self.train_seed)
         rows = []
         for i in range(self.train_size):
@@ -73,14 +71,10 @@ class InstructOfflineTask(PairwiseTask):
                          "answer": item["gold"]})
         return rows
 
-    @cached_property
-    def _eval(self) -> list[dict]:
-        from contracts.grading_secrets import grading_secret
-
-        salt = self.eval_salt or grading_secret(self.cache_dir, "eval-salt")
-        digest = hashlib.sha256(f"{salt}:{self.name}:{self.eval_seed}".encode()).digest()
+    def make_hidden_rows(self) -> tuple[list[dict], list[dict]]:
+        digest = hashlib.sha256(f"{self.salt()}:{self.name}:{self.eval_seed}".encode()).digest()
         rng = random.Random(int.from_bytes(digest[:8], "big"))
-        seen, rows = {row["prompt"] for row in self._train}, []
+        seen, rows = {row["prompt"] for row in self.train_split}, []
         for _ in range(self.eval_size * 50):
             item = make_item(rng)
             if item["instruction"] in seen:
@@ -89,25 +83,19 @@ class InstructOfflineTask(PairwiseTask):
             rows.append({"id": f"{self.name}-eval-{len(rows)}", "prompt": item["instruction"], **item,
                          "answer": item["gold"]})
             if len(rows) == self.eval_size:
-                return rows
+                return rows, []  # no final split
         raise ValueError(f"task {self.name}: only {len(rows)} eval instructions not in train; ask for fewer")
-
-    def train_rows(self) -> list[dict]:
-        return [dict(row) for row in self._train]
-
-    def eval_rows(self) -> list[dict]:
-        return [dict(row) for row in self._eval]
 
     def instructions(self) -> str:
         return f"""{self.description.strip() or "Follow short instructions exactly."}
 
 ## Data
 
-`data/train.jsonl` holds {len(self._train)} examples, one JSON object a line: `id`, `prompt` (the instruction),
+`data/train.jsonl` holds {len(self.train_split)} examples, one JSON object a line: `id`, `prompt` (the instruction),
 `completion` (the answer the judge prefers). Example:
 
 ```json
-{json.dumps(self._train[0], ensure_ascii=False)}
+{json.dumps(self.train_split[0], ensure_ascii=False)}
 ```
 
 The hidden eval set has {self.eval_size} different instructions of the same kinds.

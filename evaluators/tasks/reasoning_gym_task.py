@@ -8,10 +8,8 @@ above every train seed: an agent that knows the config and the generator still c
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from decimal import Decimal, InvalidOperation
-from functools import cached_property
 
 from contracts.registry import register
 from contracts.task import Task
@@ -23,7 +21,6 @@ NUMBER = re.compile(r"(?<![\d.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 EVAL_DRAWS_PER_ITEM = 10
 # Secret eval seeds start here (train seeds must stay below) and spread over 2**40 values.
 SECRET_SEEDS_FROM = 1 << 40
-SALT_FILE = "eval-salt"
 
 
 def final_number(text: str) -> Decimal | None:
@@ -77,10 +74,7 @@ class ReasoningGymTask(Task):
 
     def secret_eval_seed(self) -> int:
         """The first eval seed: eval_seed hashed with the grading side's secret. Only the grader calls this."""
-        from contracts.grading_secrets import grading_secret
-
-        salt = self.eval_salt or grading_secret(self.cache_dir, SALT_FILE)
-        digest = hashlib.sha256(f"{salt}:{self.dataset}:{self.eval_seed}".encode()).digest()
+        digest = hashlib.sha256(f"{self.salt()}:{self.dataset}:{self.eval_seed}".encode()).digest()
         return SECRET_SEEDS_FROM + int.from_bytes(digest[:5], "big")
 
     def _generate(self, seed: int, size: int) -> list[dict]:
@@ -92,8 +86,7 @@ class ReasoningGymTask(Task):
         return {"id": f"{self.name}-{split}-{index}", "prompt": self.prompt_template.format(question=item["question"]),
                 "answer": str(item["answer"])}
 
-    @cached_property
-    def _train(self) -> list[dict]:
+    def make_train_rows(self) -> list[dict]:
         rows = []
         for i, item in enumerate(self._generate(self.train_seed, self.train_size)):
             row = self._row("train", i, item)
@@ -102,15 +95,14 @@ class ReasoningGymTask(Task):
             rows.append(row)
         return rows
 
-    @cached_property
-    def _hidden(self) -> tuple[list[dict], list[dict]]:
+    def make_hidden_rows(self) -> tuple[list[dict], list[dict]]:
         """(feedback split, final split): drawn from the secret seeds, the final questions after the feedback ones
         (so a final split leaves the feedback split as it was), none of them in train, in the instructions (the
         description's examples, e.g. arithmetic's "What is 7 * 3?", are shown to every agent) or twice."""
         from evaluators.contamination import phrase
 
-        seen = {row["prompt"] for row in self._train}
-        shown = phrase(self.instructions())
+        seen = {row["prompt"] for row in self.train_split}
+        shown = phrase(self.instructions())  # hidden_sizes() says the sizes without drawing: no recursion
         wanted, rows = self.eval_size + self.final_size, []
         for item in self._generate(self.secret_eval_seed(), wanted * EVAL_DRAWS_PER_ITEM):
             split, index = ("eval", len(rows)) if len(rows) < self.eval_size else ("final", len(rows) - self.eval_size)
@@ -125,48 +117,20 @@ class ReasoningGymTask(Task):
                          f"questions that are not in train; ask for fewer than {wanted} (eval_size + final_size) or "
                          "widen the config")
 
-    def train_rows(self) -> list[dict]:
-        return [dict(row) for row in self._train]
-
-    def eval_rows(self) -> list[dict]:
-        return [dict(row) for row in self._hidden[0]]
-
-    def final_rows(self) -> list[dict]:
-        return [dict(row) for row in self._hidden[1]]
-
     def score(self, completion: str, row: dict) -> float:
         return numeric_score(completion, row["answer"])
 
-    def instructions(self) -> str:
-        example = self._train[0]
-        budget = f"at most {self.grader.max_new_tokens} new tokens"
-        final = f"; a held-out final split has {self.final_size} more" if self.final_size else ""
-        return f"""{self.description.strip() or f"Questions from the reasoning-gym generator `{self.dataset}`."}
+    def hidden_sizes(self) -> tuple[int, int]:
+        return self.eval_size, self.final_size  # without drawing them (that needs the grading side's secret)
 
-## Data
+    @property
+    def summary(self) -> str:
+        return f"Questions from the reasoning-gym generator `{self.dataset}`."
 
-`data/train.jsonl` holds {len(self._train)} training examples, one JSON object a line:
-
-- `id`: the example's id
-- `prompt`: the question, exactly as the grader will send it
-- `answer`: the correct final answer (a number)
-- `completion`: a reply that earns full marks (a worked solution ending with the answer, or the bare answer)
-
-Example:
-
-```json
-{json.dumps(example, ensure_ascii=False)}
-```
-
-The hidden eval split has {self.eval_size} different questions from the same generator{final}.
-
-## How the grader asks and scores
-
-For each eval question the grader renders one chat message `{{"role": "user", "content": prompt}}` with the
-submitted model's own chat template (`apply_chat_template(..., add_generation_prompt=True)`), decodes greedily with
-{budget}, and stops at the tokenizer's end-of-sequence token. Your submission therefore needs a tokenizer with a chat
-template and a correct `eos_token`.
-
-The reply scores 1 when its **last number** equals the answer (`1,234`, `-5` and `2.50` are read as numbers; text
-around it does not matter), else 0. The score of a submission is the mean over the eval split.
-"""
+    train_fields = {"id": "the example's id", "prompt": "the question, exactly as the grader will send it",
+                    "answer": "the correct final answer (a number)",
+                    "completion": "a reply that earns full marks (a worked solution ending with the answer, or the "
+                                  "bare answer)"}
+    scoring = ("The reply scores 1 when its **last number** equals the answer (`1,234`, `-5` and `2.50` are read as "
+               "numbers; text around it does not matter), else 0. The score of a submission is the mean over the eval "
+               "split.")

@@ -198,6 +198,7 @@ def compute_tables(cells: pd.DataFrame, events: pd.DataFrame, success_threshold:
             "pass_at_k": pd.concat(pass_k, ignore_index=True),
             "failure_classes": failure_classes,
             "curves": curve_table,
+            "estimated_usage": tables.estimated_usage(events),
             **tables_out,
         },
     }

@@ -77,22 +77,43 @@ def _contamination_section(cells: pd.DataFrame) -> list[str]:
     lines = ["## Contamination", ""]
     if not len(checked):
         return lines + ["No finished cell was checked.", ""]
-    flagged = checked[checked["contaminated"] == 1]
-    if not len(flagged):
+    flagged = checked["contaminated"] == 1
+    if not flagged.any():
         return lines + [f"No cell flagged: no hidden eval item was found in what any of the {len(checked)} checked "
                         "runs wrote (n-gram overlap; the task's `contamination` settings).", ""]
+    return lines + _with_and_without(checked, flagged) + [
+        f"{int(flagged.sum())} of {len(checked)} runs flagged: hidden eval items were found in what they wrote "
+        "(each cell's outcome names the file, item and overlap).", ""]
+
+
+def _doubts_section(cells: pd.DataFrame) -> list[str]:
+    """Cells whose result is in doubt (a known checkpoint submitted, general ability lost: tables.DOUBTFUL_FLAGS)
+    per group, and the results with and without them; nothing when no cell is."""
+    done = cells[cells["status"].isin(tables.FINISHED_STATUSES)]
+    doubts = done["doubts"].fillna("") if "doubts" in done else pd.Series("", index=done.index)
+    flagged = doubts != ""
+    if not flagged.any():
+        return []
+    counts = {f: int(doubts.str.contains(f).sum()) for f in tables.DOUBTFUL_FLAGS}
+    return ["## Checkpoint identity and retention", ""] + _with_and_without(done, flagged) + [
+        f"{int(flagged.sum())} of {len(done)} runs flagged: " + ", ".join(f"{f} x{n}" for f, n in counts.items() if n)
+        + ". known_checkpoint: a submission far closer to a known public checkpoint (task.known_models) than to the "
+        "base model; retention_drop: the final submission lost more than task.retention.max_drop points on the "
+        "retention task's items. Each cell's report names the model and the distances, or the scores.", ""]
+
+
+def _with_and_without(cells: pd.DataFrame, flagged: pd.Series) -> list[str]:
+    """Per group: runs, flagged runs, and the held-out and best-feedback improvements with and without them."""
     rows = []
-    for key, g in checked.groupby(GROUP, sort=True):
-        clean = g[g["contaminated"] != 1]
-        rows.append(list(key) + [len(g), int((g["contaminated"] == 1).sum()),
+    for key, g in cells.groupby(GROUP, sort=True):
+        clean = g[~flagged.loc[g.index]]
+        rows.append(list(key) + [len(g), int(flagged.loc[g.index].sum()),
                                  fmt(g["final_improvement"].mean(), signed=True),
                                  fmt(clean["final_improvement"].mean(), signed=True),
                                  fmt(g["improvement"].fillna(0.0).mean(), signed=True),
                                  fmt(clean["improvement"].fillna(0.0).mean(), signed=True)])
-    return lines + [md_table(GROUP + ["runs", "flagged", "held-out", "held-out (unflagged)", "best feedback",
-                                      "best feedback (unflagged)"], rows), "",
-                    f"{len(flagged)} of {len(checked)} runs flagged: hidden eval items were found in what they wrote "
-                    "(each cell's outcome names the file, item and overlap).", ""]
+    return [md_table(GROUP + ["runs", "flagged", "held-out", "held-out (unflagged)", "best feedback",
+                              "best feedback (unflagged)"], rows), ""]
 
 
 def _usd(value) -> str:
@@ -226,6 +247,7 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
     else:
         lines += ["No finished cell has a held-out score (its task has no final split, or none finished).", ""]
     lines += _contamination_section(cells)
+    lines += _doubts_section(cells)
     judged = cells[cells["judge_agreement"].notna()] if "judge_agreement" in cells else cells.iloc[:0]
     if len(judged):
         lines += ["## LLM judges", "",
@@ -323,6 +345,20 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
         rows = [[f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task, r.agent, r.driver, r.mode, r.seed,
                  "kept" if not r.mode_violation else f"**broken**: {r.mode_violation}"] for r in checked.itertuples()]
         lines += [md_table(["cell", "task", "agent", "driver", "mode", "seed", "rules"], rows), ""]
+
+    estimated = t.get("estimated_usage")
+    if estimated is not None and len(estimated):
+        lines += ["## Estimated driver tokens", "",
+                  "Calls whose stream was cut before the server sent its usage (the agent hung up, or its deadline "
+                  "ended it) are counted by the driver proxy itself: prompt tokens with the model's tokenizer or the "
+                  "provider's count endpoint, else from characters, and generated tokens from what was streamed "
+                  "(each record's `estimated` says how). They are in every token and cost figure here; these cells "
+                  "hold such counts.", ""]
+        rows = [[f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task, r.agent, r.driver, r.seed,
+                 f"{r.estimated_calls} of {r.calls}", f"{int(r.estimated_tokens)} of {int(r.tokens)}"]
+                for r in estimated.itertuples()]
+        lines += [md_table(["cell", "task", "agent", "driver", "seed", "estimated calls", "estimated tokens"], rows),
+                  ""]
 
     lines += ["## Cells", ""]
     rows = [[r.cell_id if r.status == "pending" else f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task,

@@ -25,6 +25,8 @@ FAILURE_CLASSES = {
     "code_error": "no valid submission: the agent crashed, or every submission failed to load or evaluate",
     "no_submission": "the agent exited on its own without submitting",
     "copy_model_fallback": "the best submission is a copy of the base model",
+    "known_checkpoint": "the best submission is a known public checkpoint (task.known_models), not trained from the "
+                        "base",
     "training_diverged": "every valid submission scored below the baseline",
     "budget_exhausted": "a budget limit ended the run before any improvement",
     "no_improvement": "valid submissions, none better than the baseline",
@@ -82,7 +84,11 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
     used = metered_totals(u["payload"] for u in payloads["driver_usage"])
     tokens, cost = used["input_tokens"] + used["output_tokens"], used["cost_usd"]
     metered = bool(payloads["driver_usage"])
+    cut = metered_totals(u["payload"] for u in payloads["driver_usage"] if u["payload"].get("estimated"))
     best_is_copy = best_sub is not None and "copy_of_base" in best_sub["flags"]
+    best_is_known = best_sub is not None and "known_checkpoint" in best_sub["flags"]
+    known = [{"index": e["payload"].get("submission_id"), **e["payload"]["known_checkpoint"]}
+             for e in payloads["submission"] if e["payload"].get("known_checkpoint")]
 
     report = {
         "cell_id": cell["cell_id"],
@@ -105,10 +111,14 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         "monotonic_ratio": rises / steps if steps else None,
         "copy_of_base_count": sum("copy_of_base" in s["flags"] for s in trajectory),
         "cached_count": sum("cached" in s["flags"] for s in trajectory),
+        # submissions that are a known public checkpoint (which, and its distances to it and to the base)
+        "known_checkpoint_count": len(known), "known_checkpoints": known,
         "elapsed_s": elapsed,
         "gap_after_last_submission_s": (elapsed - trajectory[-1]["t"]) if elapsed is not None and trajectory
         else elapsed,
         "tokens": tokens if metered else None, "cost_usd": cost if metered else None,
+        # of those, counted by the proxy (streams cut before the server's usage arrived): agents.proxy.estimate
+        "estimated_calls": cut["calls"], "estimated_tokens": cut["input_tokens"] + cut["output_tokens"],
         "env_usage": outcome.get("env_usage"),  # level 3: resets, steps and wins through the rollout service
         # the agent's time working vs waiting on its driver's rate limits (budget.working_time counts the first)
         "working_s": outcome.get("working_s"), "waiting_s": outcome.get("waiting_s"),
@@ -129,7 +139,7 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
     report["anchored"] = (best or 0.0) / span if span and span > 0 else None
     report["cost"] = cell_cost(cell_dir / f"attempt-{attempt}" if cell_dir is not None and attempt else None,
                                [u["payload"] for u in payloads["driver_usage"]], budget.get("gpus"), elapsed)
-    report["outcome_class"] = classify(report, best_is_copy)
+    report["outcome_class"] = classify(report, best_is_copy, best_is_known)
     report["failure_class"] = None if report["outcome_class"] == "improved" else report["outcome_class"]
     report["code_diff"] = _code_diff(cell_dir, trajectory, best_sub)
     report["mode"] = tables.mode_of(spec)
@@ -139,7 +149,7 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
     return report
 
 
-def classify(report: dict, best_is_copy: bool = False) -> str:
+def classify(report: dict, best_is_copy: bool = False, best_is_known: bool = False) -> str:
     """"improved", or the main reason the cell did not improve (FAILURE_CLASSES), first match wins."""
     status, n_subs, best = report["status"], report["n_submissions"], report["best_improvement"]
     limit_ended = bool(report["limit_hit"]) or status == "budget_exhausted"
@@ -148,6 +158,8 @@ def classify(report: dict, best_is_copy: bool = False) -> str:
         return "in_progress"
     if status == "infra_error":
         return "infra_error"
+    if best_is_known:  # whatever it scored, it is not the agent's training
+        return "known_checkpoint"
     if best is not None and best > EPS and not best_is_copy:
         return "improved"
     if n_subs == 0:
@@ -260,7 +272,9 @@ def render_markdown(r: dict) -> str:
         + (f"; working {_secs(r['working_s'])}, waiting on rate limits {_secs(r['waiting_s'])}"
            if r.get("working_s") is not None else ""),
         "- Budget used: " + ", ".join(f"{k} {fmt(v * 100, 0)}%" for k, v in used.items() if v is not None)
-        + (f"; tokens {r['tokens']}, cost ${r['cost_usd']:.4f}" if r["tokens"] is not None else ""),
+        + (f"; tokens {r['tokens']}, cost ${r['cost_usd']:.4f}" if r["tokens"] is not None else "")
+        + (f" ({r['estimated_tokens']} tokens of {r['estimated_calls']} cut call(s) estimated by the proxy)"
+           if r.get("estimated_calls") else ""),
         f"- Cost: driver ${r['cost']['driver_cost_usd']:.4f} ({r['cost']['driver_tokens']} tokens), judge "
         f"${r['cost']['judge_cost_usd']:.4f}, {r['cost']['gpu_hours']:.3f} GPU-hours reserved"
         + (f"; anchored score {fmt(r['anchored'], signed=True)} (reference {fmt(r['reference_score'])})"
@@ -273,6 +287,16 @@ def render_markdown(r: dict) -> str:
         error = f"; error: {final['error']}" if final["error"] else ""
         lines.append(f"- Held-out final score: {fmt(final['score'])} (improvement "
                      f"{fmt(final['improvement'], signed=True)}, n={final['n']}) of submission {which}{error}")
+        kept = final.get("retention")
+        if kept:
+            lines.append(f"- Retention on {kept['task']} (n={kept['n']}): {fmt(kept['score'])} against the base's "
+                         f"{fmt(kept['baseline_score'])}, a drop of {fmt(kept['drop'])} points (allowed "
+                         f"{fmt(kept['max_drop'])})" + (": **retention_drop**" if kept["drop"] > kept["max_drop"]
+                                                        else ""))
+    for k in r["known_checkpoints"]:
+        base = "another shape" if k["base_distance"] is None else f"{k['base_distance']:.3g}"
+        lines.append(f"- **Known checkpoint**: submission #{k['index']} is {k['model']} (relative distance "
+                     f"{k['distance']:.3g} to it, {base} to the base)")
     if r.get("contaminated"):
         found = r.get("contamination") or []
         lines.append(f"- **Contamination**: hidden eval items found in what the agent wrote ({len(found)} at the end"

@@ -27,6 +27,10 @@ MISSING_STATUSES = ("pending", "running")
 GROUP = ["task", "agent", "driver", "mode"]
 FILTER_KEYS = ("task", "agent", "driver", "sweep", "seed", "mode")
 INFRA_POLICIES = ("failure", "exclude")
+# Flags that put a cell's result in doubt: a submission that is not the agent's training (a known public checkpoint,
+# evaluators/identity.py), a final model that lost the general ability its task keeps (task.retention). Tables give
+# the results without such cells beside the results with them.
+DOUBTFUL_FLAGS = ("known_checkpoint", "retention_drop")
 
 CELL_COLUMNS = ["cell_id", "sweep", "agent", "driver", "task", "seed", "status", "attempts", "baseline_score",
                 "best_score", "improvement", "n_submissions", "limit_hit", "started_at", "ended_at", "error", "spec",
@@ -62,7 +66,8 @@ def load(output_dir: str | Path, filters: dict | None = None) -> tuple[pd.DataFr
     cells, events = read_ledger(output_dir)
     cells = filter_cells(cells, filters)
     events = events_frame(cells, events[events["cell_id"].isin(cells["cell_id"])])
-    return cost.with_costs(Path(output_dir), with_reprompts(cells_frame(cells), events), events), events
+    return with_doubts(cost.with_costs(Path(output_dir), with_reprompts(cells_frame(cells), events), events),
+                       events), events
 
 
 def filter_cells(cells: pd.DataFrame, filters: dict | None) -> pd.DataFrame:
@@ -136,6 +141,8 @@ def events_frame(cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     usage = out["kind"] == "driver_usage"
     for key in USAGE_KEYS:
         out[key] = [p.get(key) if u else None for p, u in zip(payloads, usage)]
+    # the proxy counted this call's tokens itself (a stream cut before the server's usage): agents.proxy.estimate
+    out["estimated"] = [bool(p.get("estimated")) if u else None for p, u in zip(payloads, usage)]
     for col in ("score", "baseline_score", "improvement", "best", "elapsed_s") + USAGE_KEYS:
         out[col] = pd.to_numeric(out[col], errors="coerce").astype(float)
     out["submission_id"] = pd.to_numeric(out["submission_id"], errors="coerce").astype("Int64")
@@ -164,6 +171,22 @@ def with_reprompts(cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def with_doubts(cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """Adds `doubts`: the DOUBTFUL_FLAGS of the final attempt's submissions and held-out record, comma-joined (""
+    when none)."""
+    found: dict[str, set[str]] = {}
+    final = events[events["final_attempt"]] if len(events) else events
+    for cell_id, kind, payload in zip(final["cell_id"], final["kind"], final["payload"]):
+        if kind not in ("submission", "outcome"):
+            continue
+        p = json.loads(payload) if isinstance(payload, str) else (payload or {})
+        flags = p.get("flags") if kind == "submission" else (p.get("final") or {}).get("flags")
+        found.setdefault(cell_id, set()).update(set(flags or []) & set(DOUBTFUL_FLAGS))
+    out = cells.copy()
+    out["doubts"] = [",".join(sorted(found.get(c, ()))) for c in out["cell_id"]]
+    return out
+
+
 def submissions(events: pd.DataFrame) -> pd.DataFrame:
     """Submission events of final attempts, in order, with valid = scored without error."""
     subs = events[(events["kind"] == "submission") & events["final_attempt"]].copy()
@@ -176,6 +199,21 @@ def usage(events: pd.DataFrame) -> pd.DataFrame:
     use = events[(events["kind"] == "driver_usage") & events["final_attempt"]].copy()
     use["tokens"] = use["input_tokens"].fillna(0) + use["output_tokens"].fillna(0)
     return use.sort_values(["cell_id", "t"]).reset_index(drop=True)
+
+
+def estimated_usage(events: pd.DataFrame) -> pd.DataFrame:
+    """Per cell (final attempts) whose driver tokens are partly the proxy's own count (streams cut before the server
+    sent its usage): calls and tokens in all, and how many of them are estimated."""
+    cols = ["cell_id", "task", "agent", "driver", "seed", "calls", "tokens", "estimated_calls", "estimated_tokens"]
+    use = usage(events)
+    if not len(use) or "estimated" not in use:
+        return pd.DataFrame(columns=cols)
+    use["estimated_tokens"] = use["tokens"].where(use["estimated"].fillna(False).astype(bool), 0.0)
+    per_cell = (use.groupby(["cell_id", "task", "agent", "driver", "seed"], sort=True)
+                .agg(calls=("tokens", "size"), tokens=("tokens", "sum"),
+                     estimated_calls=("estimated", lambda e: int(e.fillna(False).astype(bool).sum())),
+                     estimated_tokens=("estimated_tokens", "sum")).reset_index())
+    return per_cell[per_cell["estimated_calls"] > 0][cols].reset_index(drop=True)
 
 
 def results(cells: pd.DataFrame, infra_errors: str = "failure") -> pd.DataFrame:

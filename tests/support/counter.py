@@ -1,6 +1,6 @@
 """A second environment, as small as one can be, to hold the Environment contract to more than ALFWorld: count from
 a start to a target with `up` and `down`. One module and one config, as a new environment should be; its
-render/parse live in counter_prompt.py (stdlib only) as the contract asks."""
+render/parse live in counter_prompt.py (stdlib only) as the contract asks; its instructions are the base class's."""
 from __future__ import annotations
 
 from contracts.environment import Demonstration, Environment, Episode, Instance, Step
@@ -57,7 +57,7 @@ class CounterTask(InteractiveTask):
     def environment(self) -> CounterEnvironment:
         return self._env
 
-    def train_rows(self) -> list[dict]:
+    def make_train_rows(self) -> list[dict]:
         """The expert walks straight to the target."""
         demos = []
         for inst in self._env.instances("train"):
@@ -70,6 +70,3 @@ class CounterTask(InteractiveTask):
                 step = episode.step(action)
                 history.append(action)
         return self.expert_rows(demos)
-
-    def instructions(self) -> str:
-        return "Count to the target."

@@ -11,6 +11,11 @@ content (tools offered, tool results present), never at call order, because CLIs
     ...
     fake.stop()
 
+It also answers Anthropic's /v1/messages/count_tokens (the prompt's tokens: the usage's input count), can hold a
+stream after its first events until the caller hangs up (`stall_after`, a call cut mid-stream), and can play a
+vLLM server (`served_model` with `max_model_len`): GET /v1/models lists the model with its max_model_len, and a call
+of that model asking for more output tokens than that is refused with vLLM's 400 and error shape.
+
 `python -m tests.support.fake_upstream --port 0` runs it in the foreground.
 """
 from __future__ import annotations
@@ -362,8 +367,12 @@ class FakeUpstream:
     def __init__(self, script: Script = default_script, usage: Usage = Usage(1200, 80, 200),
                  fail_first: int = 0, fail_status: int = 429, retry_after: float | None = None,
                  expect_key: str | None = None, chunks: int = 8, chunk_delay_s: float = 0.0,
-                 keep_requests: bool = True):
+                 keep_requests: bool = True, stall_after: int | None = None, served_model: str | None = None,
+                 max_model_len: int | None = None):
         self.script, self.usage = script, usage
+        self.stall_after = stall_after
+        self.served_model, self.max_model_len = served_model, max_model_len
+        self.count_calls = 0
         self.fail_first, self.fail_status, self.retry_after = fail_first, fail_status, retry_after
         self.expect_key = expect_key
         self.chunks, self.chunk_delay_s = chunks, chunk_delay_s
@@ -394,6 +403,24 @@ class FakeUpstream:
         @app.post("/v1/messages")
         async def messages(request: Request):
             return await self._answer(request, ANTHROPIC)
+
+        @app.post("/v1/messages/count_tokens")
+        async def count_tokens(request: Request):
+            body = json.loads(await request.body() or b"{}")
+            unknown = set(body) - {"model", "messages", "system", "tools", "tool_choice", "thinking", "mcp_servers"}
+            if unknown:   # the real endpoint refuses fields of a messages call it does not take (max_tokens, stream)
+                return JSONResponse(error_body(ANTHROPIC, 400, f"{sorted(unknown)[0]}: Extra inputs are not "
+                                                               "permitted"), 400)
+            self.count_calls += 1
+            return JSONResponse({"input_tokens": self.usage.input_tokens})
+
+        @app.get("/v1/models")
+        async def models():
+            if self.served_model is None:
+                return JSONResponse(error_body(OPENAI_CHAT, 404, "not found"), 404)
+            return JSONResponse({"object": "list", "data": [{
+                "id": self.served_model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+                "root": self.served_model, "parent": None, "max_model_len": self.max_model_len, "permission": []}]})
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request):
@@ -433,6 +460,8 @@ class FakeUpstream:
             headers = {} if self.retry_after is None else {"retry-after": str(self.retry_after)}
             return JSONResponse(error_body(protocol, self.fail_status, "scripted failure"), self.fail_status,
                                 headers=headers)
+        if refused := self._too_long(protocol, model, body):
+            return refused
         reply = self.script(req)
         if reply.status >= 400:
             return JSONResponse(error_body(protocol, reply.status, reply.error or "scripted error"), reply.status)
@@ -456,8 +485,22 @@ class FakeUpstream:
             return StreamingResponse(self._paced(events), media_type="application/json")
         return StreamingResponse(self._paced(events), media_type="text/event-stream")
 
+    def _too_long(self, protocol: str, model: str, body: dict) -> Response | None:
+        """vLLM's refusal of max_tokens beyond the model's window (vllm/renderers/params.py), in its error shape."""
+        if self.max_model_len is None or model != self.served_model or protocol not in (OPENAI_CHAT, OPENAI_RESPONSES):
+            return None
+        param = next((k for k in ("max_tokens", "max_completion_tokens", "max_output_tokens") if body.get(k)), None)
+        if param is None or body[param] <= self.max_model_len:
+            return None
+        return JSONResponse({"error": {
+            "message": f"{param}={body[param]} cannot be greater than max_model_len={self.max_model_len}. "
+                       f"Please request fewer output tokens. (parameter={param}, value={body[param]})",
+            "type": "BadRequestError", "param": param, "code": 400}}, 400)
+
     async def _paced(self, events: list[bytes]):
-        for e in events:
+        for i, e in enumerate(events):
+            if i == self.stall_after:   # hold the stream open until the caller hangs up
+                await asyncio.Event().wait()
             if self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
             yield e
