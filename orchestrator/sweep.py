@@ -149,7 +149,7 @@ def check_task(data: dict) -> dict:
     retention = data.get("retention")
     if isinstance(retention, dict) and isinstance(retention.get("task"), str):
         other = check_task(load_named("task", retention["task"], f"task {data.get('name')}: retention.task"))
-        if judge_drivers([other]):
+        if judge_drivers([TaskSpec.from_config(other)]):
             raise ConfigError(f"task {data.get('name')}: retention.task={retention['task']!r} is judged by an LLM; "
                               "retention scores only on a task without a judge (e.g. arithmetic, gsm8k)")
         data = {**data, "retention": {**retention, "task": other}}

@@ -81,9 +81,9 @@ def test_a_task_file_extends_another_the_same_way_in_a_sweep_and_on_the_command_
     listed = cells_for("sweep=alfworld_small", "sweep.agents=[sft]")[0].task
     selected = cells_for("sweep=alfworld_small", "sweep.agents=[sft]", "task=alfworld_small")[0].task
     assert listed == selected
-    assert listed["name"] == "alfworld_small" and listed["task_types"] == ["pick"]
-    assert listed["cls"] == load_named("task", "alfworld", "test")["cls"]  # inherited from conf/task/alfworld.yaml
-    assert "defaults" not in listed
+    assert listed.name == "alfworld_small" and listed.params["task_types"] == ["pick"]
+    assert listed.cls == load_named("task", "alfworld", "test")["cls"]  # inherited from conf/task/alfworld.yaml
+    assert "defaults" not in listed.config
 
 
 def test_a_config_that_extends_itself_is_refused(tmp_path, monkeypatch):
