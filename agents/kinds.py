@@ -14,11 +14,12 @@ import hashlib
 import sys
 from pathlib import Path
 
-from agents.builtin import CLIENT, TASK_PROMPT, script_path
+from agents.builtin import CLIENT, TASK_PROMPT, script_args, script_path
 from agents.cli import get_adapter
+from agents.cli.base import COMMON_ARGS
 from agents.cli.session import AgentSession, find_cli
 from contracts.registry import lookup, names, register
-from contracts.specs import AgentSpec, CellSpec, ConfigError
+from contracts.specs import AgentSpec, CellSpec, ConfigError, reject_unknown
 
 FIELDS = ("name", "kind", "script", "command", "args", "needs_driver", "adapter", "version")
 
@@ -28,6 +29,11 @@ class AgentKind:
         """The agent's spec from its config, checked."""
         fields = {k: data[k] for k in FIELDS if k in data}
         fields["args"] = fields.get("args") or {}
+        if not isinstance(fields["args"], dict):
+            raise ConfigError(f"{where}.args={fields['args']!r} must be a mapping of knobs")
+        known = self.known_args(data)
+        if known is not None:  # an agent.args key nobody reads would be silently ignored: a typo
+            reject_unknown(fields["args"], known, f"{where}.args")
         files = [Path(f).expanduser().resolve() for f in data.get("files") or []]
         missing = [str(f) for f in files if not f.is_file()]
         if missing:
@@ -38,6 +44,10 @@ class AgentKind:
                 digest.update(f.name.encode() + b"\0" + f.read_bytes())
             fields["files"], fields["files_sha"] = [str(f) for f in files], digest.hexdigest()[:16]
         return AgentSpec(**fields)
+
+    def known_args(self, data: dict) -> set[str] | None:
+        """The agent.args keys the agent reads (None: any; your own command reads its own)."""
+        return None
 
     def providers(self, spec: AgentSpec) -> tuple[str, ...] | None:
         """The driver providers whose wire protocol the agent speaks (None: any)."""
@@ -67,6 +77,9 @@ class BuiltinAgent(AgentKind):
         except FileNotFoundError as e:
             raise ConfigError(f"{where}.script: {e}") from None
         return super().spec(data, where)
+
+    def known_args(self, data: dict) -> set[str] | None:
+        return script_args(data["script"])  # its DEFAULTS, which agent.args are merged over
 
     def command(self, spec: AgentSpec, task_prompt: Path | None = None) -> tuple[list[str], dict[str, Path]]:
         """Its script beside the agent client and the task's render/parse: what it trains on is what the grader
@@ -99,6 +112,9 @@ class CliAgent(AgentKind):
         if data.get("version") is not None:
             data["version"] = str(data["version"])
         return super().spec(data, where)
+
+    def known_args(self, data: dict) -> set[str] | None:
+        return {*COMMON_ARGS, *get_adapter(data["adapter"]).args}
 
     def providers(self, spec: AgentSpec) -> tuple[str, ...] | None:
         return get_adapter(spec.adapter).providers

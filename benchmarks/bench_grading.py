@@ -67,6 +67,7 @@ def status_latency(cfg: dict, cache: Path, tmp: Path, samples: int = 60) -> tupl
     from contracts.runs import get_or_create_registry
     from contracts.task_spec import TaskSpec
     from evaluators.base_models import resolve_base_model
+    from contracts.runs import RunRegistration
     from evaluators.service import app_name, deploy
     from orchestrator.services import free_port
 
@@ -83,9 +84,9 @@ def status_latency(cfg: dict, cache: Path, tmp: Path, samples: int = 60) -> tupl
     (ws / "code").mkdir()
     token = secrets.token_urlsafe(16)
     now = time.time()
-    handle.register_run.remote(token, {"cell_id": "bench", "workspace": str(ws), "records_dir": str(tmp),
-                                       "code_repo": str(tmp / "code.git"), "started_at": now,
-                                       "deadline": now + 3600, "max_submissions": 100}).result()
+    handle.register_run.remote(token, RunRegistration(
+        cell_id="bench", workspace=str(ws), records_dir=str(tmp), code_repo=str(tmp / "code.git"), started_at=now,
+        deadline=now + 3600, max_submissions=100)).result()
     headers = {"Authorization": f"Bearer {token}"}
     client = httpx.Client(headers=headers, timeout=60)
 

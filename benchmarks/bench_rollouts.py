@@ -283,6 +283,7 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
 
     from agents.builtin.a2rl_client import Env
     from contracts.task import load_task
+    from contracts.runs import RunRegistration
     from contracts.task_spec import TaskSpec
     from envs import rollout_service
 
@@ -296,7 +297,9 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
     out = {"env": name, "train_instances": n_games, "setup_s": round(time.perf_counter() - t, 1)}
     url = f"http://127.0.0.1:{port}{route}"
     token = secrets.token_urlsafe(16)
-    ray.get(registry.register.remote(token, {"deadline": time.time() + 7200, "max_submissions": 1}))
+    ray.get(registry.register.remote(token, RunRegistration(
+        cell_id="bench", workspace="/nonexistent", records_dir="/nonexistent", code_repo="/nonexistent",
+        started_at=time.time(), deadline=time.time() + 7200, max_submissions=1)))
     headers = {"Authorization": f"Bearer {token}"}
     hosts = [ray.get_actor(h["name"], namespace="a2rl") for h in sorted(
         ray.util.list_named_actors(all_namespaces=True), key=lambda h: h["name"])

@@ -71,6 +71,7 @@ def _task(cfg) -> dict:
 
 def workspace_setup(model_gb: float, root: Path) -> tuple[float, float]:
     from contracts.specs import AgentSpec, Budget, CellSpec, DriverSpec
+    from contracts.task_spec import TaskSpec
     from orchestrator.workspace import materialise
 
     model = root / "model"
@@ -82,7 +83,7 @@ def workspace_setup(model_gb: float, root: Path) -> tuple[float, float]:
     (model / "config.json").write_text("{}")
     os.sync()
     cell = CellSpec(agent=AgentSpec(name="noop", kind="builtin", script="noop"), driver=DriverSpec(name="none"),
-                    task={"name": "bench", "cls": "x:y", "base_model": str(model)}, seed=0,
+                    task=TaskSpec.from_config({"name": "bench", "cls": "x:y", "base_model": str(model)}), seed=0,
                     budget=Budget(wall_time_s=60, max_submissions=1))
     material = root / "material"
     material.mkdir()

@@ -40,3 +40,14 @@ class Refusal(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+def answer_refusals(app) -> None:
+    """Make a FastAPI app answer a Refusal raised in any of its routes with the refusal's status and body: the
+    grading and rollout services' routes raise them, and this one handler answers for both."""
+    from fastapi.responses import JSONResponse
+
+    async def refused(request, e: Refusal) -> JSONResponse:
+        return JSONResponse(status_code=e.status, content=e.body())
+
+    app.add_exception_handler(Refusal, refused)

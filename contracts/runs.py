@@ -11,8 +11,10 @@ under the caller's request id, finished or cancelled by its submission id, a ses
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,52 @@ from contracts.refusals import Refusal
 
 REGISTRY_NAME = "a2rl-run-registry"
 NAMESPACE = "a2rl"  # explicit: Serve replicas live in their own namespace
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRegistration:
+    """What the orchestrator registers for a cell's attempt (through its task's grader)."""
+    cell_id: str
+    workspace: str                  # the agent's workspace (the grader reads submissions from it)
+    records_dir: str                # the attempt's records folder (submissions.jsonl, final.json)
+    code_repo: str                  # the cell's git repo of code snapshots
+    started_at: float
+    deadline: float                 # time.time() when the wall-time budget ends (moved back: working time)
+    max_submissions: int
+    driver_key: str | None = None   # the cell's key on the driver proxy (/status shows its use); None: no driver
+    given: dict[str, str] | None = None  # {path: sha256} of what a2rl wrote in the workspace before the agent started
+
+
+@dataclass(frozen=True)
+class FinalCandidate:
+    """The submission a run's held-out final score will be taken on: its kept copy and its feedback score."""
+    submission_id: int
+    marked: bool                    # the agent marked it final (else: the best so far)
+    score: float
+    digest: str
+    path: str                       # the kept copy (records_dir/final-candidates/<id>)
+    model_path: str                 # the folder the agent named
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run(RunRegistration):
+    """A run as the registry's callers see it."""
+    closed: bool
+    used: int                       # submission ids handed out
+    refunded: int                   # of those, how many do not count (infra errors, a judge's outage)
+    inflight: int                   # evaluations running now
+    best: float | None
+    scores: list[float]
+    final: FinalCandidate | None
+
+    @property
+    def counted(self) -> int:
+        """Submissions that count against the run's budget."""
+        return self.used - self.refunded
+
+    @property
+    def remaining_submissions(self) -> int:
+        return self.max_submissions - self.counted
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
@@ -56,14 +104,14 @@ class RunRegistry:
         return result
 
     # -- runs ---------------------------------------------------------------------------------------------------
-    def register(self, token: str, run: dict) -> None:
-        self._change("register", token, run)
+    def register(self, token: str, run: RunRegistration) -> None:
+        self._change("register", token, dataclasses.asdict(run))
 
-    def _register(self, token: str, run: dict) -> None:
+    def _register(self, token: str, run: dict) -> None:  # (a journal line holds the registration as a dict)
         self.runs[token] = {**run, "closed": False, "used": 0, "refunded": 0, "inflight": {}, "requests": {},
                             "best": None, "scores": [], "sessions": set(), "final": None}
 
-    def get(self, token: str) -> dict | None:
+    def get(self, token: str) -> Run | None:
         self.lookups["get"] += 1
         run = self.runs.get(token)
         return None if run is None or run["closed"] else view(run)
@@ -77,7 +125,7 @@ class RunRegistry:
         """How often each lookup was asked since this process started (the benchmark's registry calls per step)."""
         return dict(self.lookups)
 
-    def peek(self, token: str) -> dict | None:
+    def peek(self, token: str) -> Run | None:
         """Like get, but also for closed runs (the orchestrator's view)."""
         run = self.runs.get(token)
         return None if run is None else view(run)
@@ -131,9 +179,9 @@ class RunRegistry:
     def _extend(self, token: str, deadline: float) -> None:
         self.runs[token]["deadline"] = deadline
 
-    def set_final(self, token: str, candidate: dict) -> None:
+    def set_final(self, token: str, candidate: FinalCandidate) -> None:
         """The submission the run's held-out final score will be taken on (its kept copy, its feedback score)."""
-        self._change("set_final", token, candidate)
+        self._change("set_final", token, dataclasses.asdict(candidate))
 
     def _set_final(self, token: str, candidate: dict) -> None:
         self.runs[token]["final"] = candidate
@@ -272,15 +320,17 @@ class OpenRuns:
             self.refreshing = None
 
 
-def view(run: dict) -> dict:
+def view(run: dict) -> Run:
     """A run as its callers see it: `inflight` is how many evaluations are running."""
-    out = {k: v for k, v in run.items() if k not in ("requests", "sessions")}
-    out["inflight"] = len(run["inflight"])
-    return out
+    fields = {f.name for f in dataclasses.fields(Run)}
+    out = {k: v for k, v in run.items() if k in fields}
+    out.update(inflight=len(run["inflight"]), scores=list(run["scores"]),
+               final=None if run["final"] is None else FinalCandidate(**run["final"]))
+    return Run(**out)
 
 
 def counted(run: dict) -> int:
-    """Submissions that count against a run's budget."""
+    """Submissions that count against a run's budget (the registry's own record of a run; Run.counted outside)."""
     return run["used"] - run.get("refunded", 0)
 
 

@@ -5,15 +5,26 @@ what the orchestrator resolved. A cell's id is a hash of its resolved spec: same
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # (contracts.task_spec imports this module)
+    from contracts.task_spec import TaskSpec
 
 
 class ConfigError(ValueError):
     """A mistake in the user's configuration; the message says which key, which value, what to do."""
+
+
+def reject_unknown(given: dict, known, where: str) -> None:
+    """A ConfigError naming the keys of `given` that are not `known` (a typo would otherwise be ignored)."""
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
 
 
 @dataclass(frozen=True)
@@ -35,10 +46,7 @@ class Budget:
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "budget") -> "Budget":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+        reject_unknown(d, {f.name for f in dataclasses.fields(cls)}, where)
         for key in ("wall_time_s", "max_submissions"):
             if d.get(key) is None:
                 raise ConfigError(f"{where}.{key} is missing; set it to a positive number")
@@ -103,7 +111,7 @@ class DriverSpec:
 class CellSpec:
     agent: AgentSpec
     driver: DriverSpec
-    task: dict                      # the task's config as written (contracts.task_spec.TaskSpec reads it)
+    task: TaskSpec                  # its config as written is task.config (what the cell's id hashes)
     seed: int
     budget: Budget
     sweep: str = ""
@@ -115,26 +123,54 @@ class CellSpec:
 
     @property
     def task_name(self) -> str:
-        return self.task["name"]
+        return self.task.name
 
     @property
     def mode_name(self) -> str:
         return (self.mode or {}).get("name") or "free"
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain JSON (the ledger's spec, a Tune trial's config), the task as its config was written."""
+        return {"agent": dataclasses.asdict(self.agent), "driver": dataclasses.asdict(self.driver),
+                "task": copy.deepcopy(self.task.config), "seed": self.seed, "budget": dataclasses.asdict(self.budget),
+                "sweep": self.sweep, "mode": copy.deepcopy(self.mode)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CellSpec":
+        from contracts.task_spec import TaskSpec
+
         return cls(
             agent=AgentSpec(**d["agent"]),
             driver=DriverSpec(**d["driver"]),
-            task=d["task"],
+            task=TaskSpec.from_config(d["task"]),
             seed=int(d["seed"]),
             budget=Budget(**d["budget"]),
             sweep=d.get("sweep", ""),
             mode=d.get("mode"),
         )
+
+
+@dataclass(frozen=True)
+class CellOptions:
+    """The sweep's settings every cell runs with (orchestrator.runner -> each Tune trial, orchestrator.cell)."""
+    sandboxed: bool                 # False: bubblewrap is missing and sandbox.required=false
+    kill_grace_s: float             # sandbox.kill_grace_s: SIGTERM to SIGKILL of an agent's process group
+    service_timeout_s: float        # grading.service_timeout_s: the most a call to a sweep's service may take
+    eval_timeout_s: float           # grading.eval_timeout_s: the most an evaluation may take
+    imports: list[str]              # the user's modules that register task classes and agent kinds
+    sandbox: dict                   # the sandbox config (orchestrator.sandbox.Settings.from_cfg reads it)
+    emulated: bool                  # GPUs are emulated (cluster.emulated_gpus): no CUDA check in the preflight
+    grading_url: str                # http://host:port/<scope>: a task's grader at /<task>
+    driver_url: str | None          # the driver proxy (None: no cell has a driver)
+    scope: str                      # what the sweep's services are named in
+    cli_path: list[str]             # where agent CLIs are looked up first
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CellOptions":
+        return cls(**d)
 
 
 # Grader settings that change how fast a score comes, not what it is.

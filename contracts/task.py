@@ -444,6 +444,6 @@ def build_task(spec: TaskSpec, cache_dir: str | Path | None = None, cls: type[Ta
     return task
 
 
-def load_task(config: dict, cache_dir: str | Path | None = None) -> Task:
-    """A task straight from its config (a YAML's contents)."""
-    return build_task(TaskSpec.from_config(config), cache_dir)
+def load_task(config: dict | TaskSpec, cache_dir: str | Path | None = None) -> Task:
+    """A task straight from its config (a YAML's contents), or from its spec when it has been read already."""
+    return build_task(config if isinstance(config, TaskSpec) else TaskSpec.from_config(config), cache_dir)

@@ -48,16 +48,14 @@ from ray import serve
 from ray.exceptions import ActorUnavailableError, RayActorError
 
 from contracts.environment import Environment, Episode, Instance, Step
-from contracts.refusals import Refusal
+from contracts.refusals import Refusal, answer_refusals
 from contracts.runs import run_token
 from contracts.task_spec import TaskSpec
 
 log = logging.getLogger("a2rl.rollouts")
 HOST_RESTART_TRIES = 10  # a new session's open is tried this often, a second apart, while its host restarts (~1-2 s)
 api = FastAPI(title="a2rl rollout API")
-
-def refused(e: Refusal) -> JSONResponse:
-    return JSONResponse(status_code=e.status, content=e.body())
+answer_refusals(api)  # a route that raises a Refusal answers with its status and body
 
 
 def answered(content: dict) -> JSONResponse:
@@ -379,58 +377,43 @@ class RolloutService:
 
     @api.get("/games")
     async def list_games(self, request: Request):
-        try:
-            await self._run(request)
-        except Refusal as e:
-            return refused(e)
+        await self._run(request)
         return {"games": self.games, "max_steps": self.max_steps,
                 "max_sessions": self.cfg.max_sessions_per_run, "idle_timeout_s": self.cfg.idle_timeout_s}
 
     @api.get("/sessions")
     async def sessions(self, request: Request):
-        try:
-            token = await self._run(request)
-            owned = []
-            for part in await asyncio.gather(*[host.owned.remote(token) for host in self.hosts]):
-                owned += part
-        except Refusal as e:
-            return refused(e)
+        token = await self._run(request)
+        owned = []
+        for part in await asyncio.gather(*[host.owned.remote(token) for host in self.hosts]):
+            owned += part
         return {"sessions": owned, "max_sessions": self.cfg.max_sessions_per_run}
 
     @api.post("/reset")
     async def reset(self, request: Request):
-        try:
-            token = await self._run(request)
-            (answer,) = await self._resets(token, [self._reset_entry(await json_body(request))])
-            if isinstance(answer, Refusal):
-                raise answer
-            return answered(answer)
-        except Refusal as e:
-            return refused(e)
+        token = await self._run(request)
+        (answer,) = await self._resets(token, [self._reset_entry(await json_body(request))])
+        if isinstance(answer, Refusal):
+            raise answer
+        return answered(answer)
 
     @api.post("/step")
     async def step(self, request: Request):
-        try:
-            token = await self._run(request)
-            body = await json_body(request)
-            session_id, command = _field(body, "session_id", str), _command(body)
-            (answer,) = await self._on_hosts("step", token, [(session_id, command)])
-            if isinstance(answer, Refusal):
-                raise answer
-            return answered(answer)
-        except Refusal as e:
-            return refused(e)
+        token = await self._run(request)
+        body = await json_body(request)
+        session_id, command = _field(body, "session_id", str), _command(body)
+        (answer,) = await self._on_hosts("step", token, [(session_id, command)])
+        if isinstance(answer, Refusal):
+            raise answer
+        return answered(answer)
 
     @api.post("/reset_batch")
     async def reset_batch(self, request: Request):
         """{"resets": [reset bodies]} -> {"results": [per entry: its reset's answer and "status": 200, or
         {"session_id", "status", "error", "code"}]}: new sessions are claimed in one registry call, and every
         host opens or resets its part in one call, all hosts at once."""
-        try:
-            token = await self._run(request)
-            entries = _entries(await json_body(request), "resets", self.cfg.max_sessions_per_run)
-        except Refusal as e:
-            return refused(e)
+        token = await self._run(request)
+        entries = _entries(await json_body(request), "resets", self.cfg.max_sessions_per_run)
         parsed = []
         for i, entry in enumerate(entries):
             try:
@@ -448,11 +431,8 @@ class RolloutService:
         """{"steps": [{"session_id", "command"}]} -> {"results": [per entry: its step's answer and "status": 200,
         or {"session_id", "status", "error", "code"}]}: each host steps its part in one call, all hosts at once;
         a session refused (lost, unknown, another run's) is refused alone."""
-        try:
-            token = await self._run(request)
-            entries = _entries(await json_body(request), "steps", self.cfg.max_sessions_per_run)
-        except Refusal as e:
-            return refused(e)
+        token = await self._run(request)
+        entries = _entries(await json_body(request), "steps", self.cfg.max_sessions_per_run)
         answers: list = [None] * len(entries)
         calls, where = [], []
         for i, entry in enumerate(entries):
@@ -470,15 +450,12 @@ class RolloutService:
 
     @api.post("/close")
     async def close(self, request: Request):
-        try:
-            token = await self._run(request)
-            session_id = _field(await json_body(request), "session_id", str)
-            (answer,) = await self._on_hosts("close", token, [(session_id,)])
-            if isinstance(answer, Refusal):
-                raise answer
-            remaining = await self.registry.release_sessions.remote(token, [session_id])
-        except Refusal as e:
-            return refused(e)
+        token = await self._run(request)
+        session_id = _field(await json_body(request), "session_id", str)
+        (answer,) = await self._on_hosts("close", token, [(session_id,)])
+        if isinstance(answer, Refusal):
+            raise answer
+        remaining = await self.registry.release_sessions.remote(token, [session_id])
         return {"closed": session_id, "open_sessions": remaining}
 
     # -- internals ------------------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def main() -> None:
         check_group_overrides(sys.argv[1:])
         for arg in sys.argv[1:]:  # Hydra makes output_dir (its run dir) before a2rl runs: check it first
             if arg.startswith("output_dir=") and not report:
-                from orchestrator.runner import check_writable
+                from orchestrator.preflight import check_writable
 
                 check_writable({"output_dir": Path(arg.split("=", 1)[1]).expanduser()})
     except ConfigError as e:

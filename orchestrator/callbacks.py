@@ -13,7 +13,7 @@ from contracts.specs import CellSpec
 from orchestrator.cell_report import CellReport
 from orchestrator.ledger import INFRA_ERROR, Ledger
 from orchestrator.records import status_event
-from orchestrator.reservations import describe
+from orchestrator.preflight import describe
 
 
 def cell_of(trial) -> CellSpec:

@@ -26,6 +26,7 @@ from agents.kinds import AgentKind, agent_kind
 from contracts.infra import InfraError, is_infrastructure
 from contracts import registry
 from contracts.layout import Layout
+from contracts.outcomes import Limit, Status
 from contracts.records import (
     ATTEMPT,
     DRIVER_CALLS,
@@ -38,7 +39,8 @@ from contracts.records import (
     append_jsonl,
     write_json_durably,
 )
-from contracts.specs import CellSpec
+from contracts.runs import RunRegistration
+from contracts.specs import CellOptions, CellSpec
 from contracts.task import is_interactive, load_task, prompt_file
 from contracts.task_spec import TaskSpec
 from orchestrator import reprompt, sandbox
@@ -70,7 +72,7 @@ def answer(response, timeout_s: float, what: str):
         raise ServiceTimeout(f"{what} did not answer within {timeout_s:.0f} s") from None
 
 
-def sandbox_paths(layout: Layout, task: dict) -> tuple[list[Path], list[Path]]:
+def sandbox_paths(layout: Layout, task: TaskSpec) -> tuple[list[Path], list[Path]]:
     """What the sandbox hides and what it binds back read-only, computed on the node that runs the agent."""
     hidden = [PROJECT_ROOT, Path("/tmp"), Path.home(), *layout.hidden_from_agents(),
               *load_task(task, layout.cache_dir).hidden_paths()]
@@ -80,13 +82,13 @@ def sandbox_paths(layout: Layout, task: dict) -> tuple[list[Path], list[Path]]:
     return hidden, readonly
 
 
-def reachable(opts: dict) -> list[tuple[str, int]]:
+def reachable(opts: CellOptions) -> list[tuple[str, int]]:
     """The addresses an agent in the isolated network mode may reach: the grading server (rollouts are on it
     too) and the driver proxy."""
     from urllib.parse import urlsplit
 
     out = []
-    for url in (opts.get("grading_url"), opts.get("driver_url")):
+    for url in (opts.grading_url, opts.driver_url):
         if url:
             parts = urlsplit(url)
             out.append((parts.hostname or "127.0.0.1", parts.port or 80))
@@ -217,53 +219,54 @@ def unstarted(attempt: Attempt, error: str) -> Outcome:
                    details={"agent_started": False})
 
 
-def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None, opts: dict) -> RunningAgent:
+def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None, opts: CellOptions) -> RunningAgent:
     """Workspace, run registration with the grader (and the driver proxy), then the agent in its sandbox."""
     from evaluators.base_models import resolve_base_model
     from evaluators.service import app_name
 
     cell, layout = attempt.cell, attempt.layout
     material = task_material(cell.task, layout.cache_dir)
-    base_model = resolve_base_model(cell.task["base_model"], layout.models_cache)
-    grader = serve.get_app_handle(app_name(cell.task_name, opts["scope"]))
+    base_model = resolve_base_model(cell.task.base_model, layout.models_cache)
+    grader = serve.get_app_handle(app_name(cell.task_name, opts.scope))
     token = secrets.token_urlsafe(24)
-    settings = sandbox.Settings.from_cfg(opts["sandbox"])
+    settings = sandbox.Settings.from_cfg(opts.sandbox)
     hidden, readonly = sandbox_paths(layout, cell.task)
-    check = sandbox.preflight_command(opts["sandbox"].get("preflight"), cell.budget.gpus, opts.get("emulated", False))
-    if opts["sandboxed"] and check:  # raises PreflightFailed: an infra error, retried, no budget spent yet
+    check = sandbox.preflight_command(opts.sandbox.get("preflight"), cell.budget.gpus, opts.emulated)
+    if opts.sandboxed and check:  # raises PreflightFailed: an infra error, retried, no budget spent yet
         sandbox.preflight(check, {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
                                   **{k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}},
                           hidden=hidden, readonly=readonly, settings=settings, cell_id=cell.cell_id)
     # a judged task's baseline is scored once, before any cell's budget starts
-    answer(grader.ensure_baseline.remote(), opts["eval_timeout_s"] + opts["service_timeout_s"],
+    answer(grader.ensure_baseline.remote(), opts.eval_timeout_s + opts.service_timeout_s,
            f"the grader of {cell.task_name} (its baseline)")
     deadline = time.time() + cell.budget.wall_time_s  # the budget starts now
     workspace = layout.workspace(cell.cell_id, attempt.number)
-    spec = TaskSpec.from_config(cell.task)
+    spec = cell.task
     argv, code_files = kind.command(cell.agent, prompt_file(spec))
-    run_info = {"grading_url": f"{opts['grading_url']}/{cell.task_name}", "run_token": token,
-                **({"rollout_url": f"{opts['grading_url']}/{cell.task_name}/env"} if is_interactive(spec) else {}),
+    run_info = {"grading_url": f"{opts.grading_url}/{cell.task_name}", "run_token": token,
+                **({"rollout_url": f"{opts.grading_url}/{cell.task_name}/env"} if is_interactive(spec) else {}),
                 "started_at": attempt.started, "deadline": deadline}
     materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info,
                 code_files=code_files)
 
     env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
     if session is not None:  # the per-cell driver key (the real one stays in the proxy); a CLI's command line
-        argv = session.start(workspace, env, opts["driver_url"], attempt.dir / DRIVER_CALLS, argv, opts["scope"])
+        assert opts.driver_url is not None  # a cell with a driver runs in a sweep with the driver proxy
+        argv = session.start(workspace, env, opts.driver_url, attempt.dir / DRIVER_CALLS, argv, opts.scope)
         readonly += session.readonly_paths(hidden)
     try:
-        registered = answer(grader.register_run.remote(token, {
-            "cell_id": cell.cell_id, "workspace": str(workspace), "records_dir": str(attempt.dir),
-            "code_repo": str(layout.code_repo(cell.cell_id)), "started_at": attempt.started, "deadline": deadline,
-            "max_submissions": cell.budget.max_submissions,
+        registered = answer(grader.register_run.remote(token, RunRegistration(
+            cell_id=cell.cell_id, workspace=str(workspace), records_dir=str(attempt.dir),
+            code_repo=str(layout.code_repo(cell.cell_id)), started_at=attempt.started, deadline=deadline,
+            max_submissions=cell.budget.max_submissions,
             # what a2rl wrote, as it was before the agent started: given text, never evidence of contamination
-            "given": given_digests(workspace),
-            "driver_key": session.key if session is not None else None}),  # /status shows its tokens
-            opts["eval_timeout_s"] + opts["service_timeout_s"], f"the grader of {cell.task_name} (registering the run)")
+            given=given_digests(workspace),
+            driver_key=session.key if session is not None else None)),  # /status shows its tokens
+            opts.eval_timeout_s + opts.service_timeout_s, f"the grader of {cell.task_name} (registering the run)")
 
         def spawn(argv: list[str], env: dict) -> sandbox.AgentProcess:
             return sandbox.start(argv, workspace, env, attempt.dir / "agent.stdout", attempt.dir / "agent.stderr",
-                                 sandboxed=opts["sandboxed"], hidden=hidden, readonly=readonly, settings=settings,
+                                 sandboxed=opts.sandboxed, hidden=hidden, readonly=readonly, settings=settings,
                                  cell_id=cell.cell_id, forward=reachable(opts),
                                  memory_bytes=settings.memory_bytes(cell.budget), network_log=attempt.dir / NETWORK)
         process = spawn(argv, env)
@@ -275,10 +278,10 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
                         time.time(), grader, argv, env, spawn, registered.get("judge_agreement"))
 
 
-def restart(attempt: Attempt, agent: RunningAgent, records: Records, opts: dict) -> None:
+def restart(attempt: Attempt, agent: RunningAgent, records: Records, opts: CellOptions) -> None:
     """Start the agent again in its workspace with a continuation prompt (orchestrator/reprompt.py), on the same
     key, grader run and deadline. What its last session left running is killed first."""
-    agent.process.kill_group(opts["kill_grace_s"])
+    agent.process.kill_group(opts.kill_grace_s)
     agent.process.close()
     session, budget, now = records.session, attempt.cell.budget, time.time()
     n = records.reprompts + 1
@@ -293,7 +296,7 @@ def restart(attempt: Attempt, agent: RunningAgent, records: Records, opts: dict)
     agent.process = agent.spawn(argv, env)
 
 
-def watch(attempt: Attempt, agent: RunningAgent, records: Records) -> tuple[int | None, str | None, str | None]:
+def watch(attempt: Attempt, agent: RunningAgent, records: Records) -> tuple[int | None, Limit | None, str | None]:
     """Report what the records say until the agent exits (its exit code), a budget ends it (which one), or it hits
     a resource limit of its sandbox (which, in words)."""
     budget = attempt.cell.budget
@@ -322,11 +325,11 @@ def watch(attempt: Attempt, agent: RunningAgent, records: Records) -> tuple[int 
         time.sleep(POLL_S)
 
 
-def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, opts: dict) -> dict:
+def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, opts: CellOptions) -> dict:
     """Kill the agent's whole process group, close its driver key, grader run and environment sessions; returns
     what that leaves to record (evaluations still running, the run's use of the environment)."""
     cell_id = attempt.cell.cell_id
-    agent.process.kill_group(opts["kill_grace_s"])  # also when the agent exited: its children may live on
+    agent.process.kill_group(opts.kill_grace_s)  # also when the agent exited: its children may live on
     left: dict = {"resource_limit": agent.process.limit_hit(final=True)}  # e.g. the kernel's OOM kill ended it
     agent.process.close()
     if session is not None:
@@ -335,8 +338,8 @@ def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, op
         except Exception as e:  # the calls are recorded already; this must not turn a result into an error
             print(f"[a2rl] closing the driver key of {cell_id} failed: {e!r}", file=sys.stderr)
     try:  # evaluations still running get eval_timeout_s, then the held-out final score is taken (as long again)
-        closed = answer(agent.grader.close_run.remote(agent.token, opts["eval_timeout_s"]),
-                        2 * opts["eval_timeout_s"] + opts["service_timeout_s"],
+        closed = answer(agent.grader.close_run.remote(agent.token, opts.eval_timeout_s),
+                        2 * opts.eval_timeout_s + opts.service_timeout_s,
                         f"the grader of {cell_id} (closing the run)")
         left["evaluations_unfinished"], left["final"] = closed["unfinished"], closed["final"]
         left["contamination"] = closed["contamination"]
@@ -348,14 +351,14 @@ def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, op
         from envs.rollout_service import close_run as close_sessions
 
         try:
-            left["env_usage"] = close_sessions(attempt.cell.task_name, agent.token, opts["service_timeout_s"],
-                                               opts["scope"])
+            left["env_usage"] = close_sessions(attempt.cell.task_name, agent.token, opts.service_timeout_s,
+                                               opts.scope)
         except Exception as e:  # idle sessions expire anyway; this must not turn a result into an infra error
             print(f"[a2rl] closing the rollout sessions of {cell_id} failed: {e!r}", file=sys.stderr)
     return left
 
 
-def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_code: int | None, limit: str | None,
+def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_code: int | None, limit: Limit | None,
                agent_ended: float, left: dict) -> Outcome:
     session = records.session
     if limit is None and records.submissions >= attempt.cell.budget.max_submissions:
@@ -363,6 +366,7 @@ def outcome_of(attempt: Attempt, agent: RunningAgent, records: Records, exit_cod
     if limit is None and session is not None and session.final_usage is not None:
         limit = session.limit_hit(records.driver_calls)  # it stopped on a refused call: the budget ended it
     resource = left.get("resource_limit")
+    status: Status
     if resource is not None:  # the sandbox's limits, not the budget: the agent's fault
         status, limit = AGENT_ERROR, None
     elif limit is not None:
@@ -415,8 +419,8 @@ def a2rl_bug(attempt: Attempt, e: BaseException) -> Outcome:
 
 def run_cell(config: dict) -> None:
     cell = CellSpec.from_dict(config["cell"])
-    opts = config["opts"]
-    registry.search(*opts["imports"])  # the user's own task classes and agent kinds, in this worker too
+    opts = CellOptions.from_dict(config["opts"])
+    registry.search(*opts.imports)  # the user's own task classes and agent kinds, in this worker too
     attempt = start_attempt(cell, Layout.from_dict(config["layout"]))
     try:
         run_attempt(attempt, opts)
@@ -426,11 +430,11 @@ def run_cell(config: dict) -> None:
         attempt.finish(a2rl_bug(attempt, e))
 
 
-def run_attempt(attempt: Attempt, opts: dict) -> None:
+def run_attempt(attempt: Attempt, opts: CellOptions) -> None:
     cell = attempt.cell
     kind = agent_kind(cell.agent.kind)
     try:  # an LLM-driven agent: its CLI must be installed before anything is registered or spent
-        session = kind.session(cell, list(opts.get("cli_path") or []))
+        session = kind.session(cell, list(opts.cli_path or []))
     except CliUnavailable as e:
         return attempt.finish(unstarted(attempt, str(e)))
     agent = start_agent(attempt, kind, session, opts)

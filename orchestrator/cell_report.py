@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from contracts.outcomes import Limit, Status
+
 
 @dataclass(frozen=True)
 class Outcome:
     """How an attempt ended; written to outcome.json (the keys and their order are the record's format)."""
-    status: str                     # completed | budget_exhausted | agent_error | infra_error
-    limit_hit: str | None           # the budget that ended it: wall_time, submissions, tokens, cost
+    status: Status                  # completed | budget_exhausted | agent_error | infra_error
+    limit_hit: Limit | None         # the budget that ended it: wall_time, submissions, tokens, cost
     exit_code: int | None
     error: str | None
     best_score: float | None
@@ -34,7 +36,9 @@ class Outcome:
     def from_dict(cls, d: dict) -> "Outcome":
         named = ("status", "limit_hit", "exit_code", "error", "best_score", "baseline_score", "n_submissions",
                  "started_at", "ended_at")
-        return cls(**{k: d.get(k) for k in named},
+        return cls(status=d["status"], limit_hit=d.get("limit_hit"), exit_code=d.get("exit_code"),
+                   error=d.get("error"), best_score=d.get("best_score"), baseline_score=d.get("baseline_score"),
+                   n_submissions=d["n_submissions"], started_at=d["started_at"], ended_at=d["ended_at"],
                    details={k: v for k, v in d.items() if k not in named and k != "elapsed_s"})
 
 

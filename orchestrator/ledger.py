@@ -13,14 +13,20 @@ import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
 
+from typing import Final
+
+from contracts.outcomes import STATUSES, Status
 from contracts.specs import CellSpec
 
-PENDING, RUNNING = "pending", "running"
-COMPLETED, BUDGET_EXHAUSTED = "completed", "budget_exhausted"
-AGENT_ERROR, INFRA_ERROR = "agent_error", "infra_error"
-FINISHED = (COMPLETED, BUDGET_EXHAUSTED)
-ERRORED = (AGENT_ERROR, INFRA_ERROR)
-STATUSES = (PENDING, RUNNING) + FINISHED + ERRORED
+PENDING: Final = "pending"
+RUNNING: Final = "running"
+COMPLETED: Final = "completed"
+BUDGET_EXHAUSTED: Final = "budget_exhausted"
+AGENT_ERROR: Final = "agent_error"
+INFRA_ERROR: Final = "infra_error"
+FINISHED: tuple[Status, ...] = (COMPLETED, BUDGET_EXHAUSTED)
+ERRORED: tuple[Status, ...] = (AGENT_ERROR, INFRA_ERROR)
+# (contracts.outcomes.STATUSES lists them all, in this order: pending, running, FINISHED, ERRORED)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (
@@ -75,7 +81,7 @@ class Ledger:
         return {"path": self.path}
 
     def __setstate__(self, state):
-        self.__init__(state["path"])
+        Ledger.__init__(self, state["path"])
 
     @contextmanager
     def transaction(self):
@@ -86,7 +92,8 @@ class Ledger:
         except BaseException as e:
             if self.db.in_transaction:  # also when COMMIT itself failed (a full disk): else the next BEGIN fails
                 self.db.execute("ROLLBACK")
-            if isinstance(e, sqlite3.OperationalError) and e.sqlite_errorcode == sqlite3.SQLITE_FULL:
+            if (isinstance(e, sqlite3.OperationalError)  # (sqlite_errorcode: Python 3.11+, what setup installs)
+                    and e.sqlite_errorcode == sqlite3.SQLITE_FULL):  # type: ignore[attr-defined]
                 # As the OSError any other write there would raise: the sweep stops with one line naming the file.
                 self.failure = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
                 raise self.failure from None
@@ -151,7 +158,7 @@ class Ledger:
             return db.total_changes - before
 
     def events(self, cell_id: str | None = None, kind: str | None = None) -> list[dict]:
-        sql, args = "SELECT * FROM events WHERE 1=1", []
+        sql, args = "SELECT * FROM events WHERE 1=1", list[str]()
         if cell_id:
             sql, args = sql + " AND cell_id=?", args + [cell_id]
         if kind:
@@ -160,7 +167,7 @@ class Ledger:
         return [dict(r, payload=json.loads(r["payload"])) for r in rows]
 
     def summary_counts(self, cell_ids: list[str]) -> dict[str, int]:
-        counts = {s: 0 for s in STATUSES}
+        counts: dict[str, int] = {s: 0 for s in STATUSES}
         for row in self.cells(cell_ids).values():
             counts[row["status"]] += 1
         return counts

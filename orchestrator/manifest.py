@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from contracts.records import write_json_durably
+from contracts.task_spec import TaskSpec
 
 MANIFEST = "manifest.json"
 HASH_CACHE = "data-hashes.json"  # in CACHE_DIR: file hashes by path, mtime and size (a dataset is hashed once)
@@ -127,7 +128,7 @@ class FileHashes:
             write_json_durably(self.cache_file, self.known)
 
 
-def task_entry(config: dict, cache_dir: Path, hashes: FileHashes) -> dict:
+def task_entry(config: dict | TaskSpec, cache_dir: Path, hashes: FileHashes) -> dict:
     """A task's protocol, config as written (its data ids: dataset, paths, sizes, seeds) and the hashes of the data
     files it reads."""
     from contracts.task import load_task
@@ -152,7 +153,7 @@ def build(cfg, cells, cache_dir: Path, cluster_resources: dict | None = None) ->
 
     tasks = list({c.task_name: c.task for c in cells}.values())
     hashes = FileHashes(cache_dir / HASH_CACHE)
-    task_entries = {t["name"]: task_entry(t, cache_dir, hashes) for t in tasks}
+    task_entries = {t.name: task_entry(t, cache_dir, hashes) for t in tasks}
     hashes.save()
     drivers = {c.driver.name: {"provider": c.driver.provider, "model": c.driver.model,
                                **driver_entry(c.driver.extra)} for c in cells if c.driver.provider != "none"}

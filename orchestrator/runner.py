@@ -1,7 +1,7 @@
 """Run a sweep: expand, reconcile the ledger, start Ray and the sweep's services, one Tune trial per pending cell."""
 from __future__ import annotations
 
-import functools
+import logging
 import os
 import sys
 import time
@@ -12,13 +12,13 @@ from omegaconf import DictConfig
 
 from contracts import registry
 from contracts.layout import Layout
-from contracts.specs import CellSpec, ConfigError, to_plain
+from contracts.specs import CellOptions, CellSpec, to_plain
 from orchestrator import sandbox
 from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
+from orchestrator.preflight import (EMULATED_GPU, check_agents_python, check_nodes_share, check_reservations,
+                                     check_tasks, check_writable, driver_keys, resources_of)
 from orchestrator.records import reconcile
 from orchestrator.sweep import check_cluster, expand
-
-EMULATED_GPU = "emulated_gpu"
 
 
 @dataclass
@@ -44,26 +44,14 @@ def make_plan(cells: list[CellSpec], rows: dict[str, dict], rerun_errored: bool)
     return Plan(cells=cells, to_run=to_run, status=status)
 
 
-def resources_of(cell: CellSpec, emulated_gpus: bool) -> dict:
-    res = {"CPU": cell.budget.cpus}
-    if cell.budget.gpus:
-        res[EMULATED_GPU if emulated_gpus else "GPU"] = cell.budget.gpus
-    if cell.budget.memory_gb:
-        res["memory"] = cell.budget.memory_gb * 1024 ** 3
-    return res
-
-
 def print_plan(plan: Plan, emulated: bool, out=sys.stdout) -> None:
-    from contracts.task_spec import defaults
-
     rows = [("cell", "agent", "driver", "task", "protocol", "seed", "state", "reservation")]
     for cell in plan.cells:
         s = plan.status[cell.cell_id]
         state = ("run" if cell in plan.to_run else "skip") + f" ({s})"
         res = ", ".join(f"{k}={v:g}" for k, v in resources_of(cell, emulated).items())
-        protocol = cell.task.get("protocol", defaults()["protocol"])  # a task's own, or the one every task has
-        rows.append((cell.cell_id, cell.agent.name, cell.driver.name, cell.task_name, protocol, str(cell.seed), state,
-                     f"{res}, {cell.budget.wall_time_s:g}s"))
+        rows.append((cell.cell_id, cell.agent.name, cell.driver.name, cell.task_name, cell.task.protocol,
+                     str(cell.seed), state, f"{res}, {cell.budget.wall_time_s:g}s"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]  # columns as wide as their names
     for r in rows:
         print("  ".join(v.rjust(w) if i == 5 else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))) + "  " + r[-1],
@@ -77,12 +65,10 @@ def print_plan(plan: Plan, emulated: bool, out=sys.stdout) -> None:
 
 def print_services_and_missing(cfg, plan: Plan, out=sys.stdout) -> None:
     """The graders' GPUs (held for the whole sweep, not per cell) and what this machine lacks for the sweep."""
-    from contracts.task_spec import TaskSpec
-    from orchestrator.readiness import missing
+    from orchestrator.preflight import missing
 
     tasks = list({c.task_name: c.task for c in plan.to_run}.values())
-    grader_gpus = sum(float(s.grader.num_gpus) * int(s.grader.num_replicas)
-                      for s in (TaskSpec.from_config(t) for t in tasks))
+    grader_gpus = sum(float(s.grader.num_gpus) * int(s.grader.num_replicas) for s in tasks)
     longest = max((c.budget.wall_time_s for c in plan.to_run), default=0) / 3600
     if grader_gpus:
         print(f"graders: {grader_gpus:g} GPUs of their own ({len(tasks)} tasks), held while the sweep runs: at least "
@@ -107,7 +93,7 @@ def reap_orphaned_ray_agents() -> int:
     cluster's agents are children of its raylet, so an agent of ours whose parent is init is such an orphan. (Their
     RAY_RAYLET_PID cannot be trusted: setting the process title overwrites the environment block, partly or wholly.)
     """
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     me = os.getuid()
     reaped = 0
@@ -142,194 +128,10 @@ def start_ray(cluster: DictConfig) -> None:
         # Serve controller, the run registry, both graders and both cells, and Tune's controller with them).
         ray.init(address="local", num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
                  _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
-                 configure_logging=True, logging_level="WARNING",
+                 configure_logging=True, logging_level=logging.WARNING,
                  _system_config={"enable_metrics_collection": False, "memory_monitor_refresh_ms": 0})
     else:
-        ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level="WARNING")
-
-
-def driver_keys(cells: list[CellSpec]) -> dict[str, str] | None:
-    """The real keys the cells' drivers and their tasks' LLM judges name, from this environment (None: no cell has
-    a driver and no task a judge: no driver proxy). Checked before anything starts; they go to the driver proxy
-    only, never to an agent."""
-    from orchestrator.sweep import judge_drivers
-
-    drivers = [(c.driver.name, c.driver.extra.get("api_key_env")) for c in cells if c.driver.provider != "none"]
-    drivers += [(f"{j.get('name')} (a task's judge)", j.get("api_key_env"))
-                for j in judge_drivers(list({c.task_name: c.task for c in cells}.values()))]
-    if not drivers:
-        return None
-    keys = {}
-    for name, var in drivers:
-        if var and not os.environ.get(var):
-            raise ConfigError(f"driver {name!r} reads its key from ${var}, which is not set; export it "
-                              f"where you run a2rl (the driver proxy holds it; agents never see it)")
-        if var:
-            keys[var] = os.environ[var]
-    return keys
-
-
-def check_reservations(cfg, plan: Plan, tasks: list[dict], emulated: bool, with_proxy: bool, out) -> None:
-    """Refuse, before anything is deployed, a cell or service reservation that no node of the cluster can hold."""
-    import ray
-
-    from orchestrator.callbacks import label
-    from orchestrator.reservations import check_fits, service_reservations
-
-    nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
-    services = service_reservations(tasks, EMULATED_GPU if emulated else "GPU",
-                                    float(cfg.driver_proxy.num_cpus) if with_proxy else 0.0)
-    cells = [(label(c), resources_of(c, emulated)) for c in plan.to_run]
-    for problem in check_fits(cells, services, nodes, can_grow=bool(cfg.cluster.get("can_grow", False))):
-        print(f"[a2rl] waiting for the cluster to grow: {problem}", file=out)
-
-
-def check_tasks(cells: list[CellSpec]) -> None:
-    """Build each task once (constructors only read and check their config), so that a bad task setting is one clear
-    line now, not a failed grader deployment after Ray has started."""
-    from contracts.task import load_task
-
-    for task in {c.task_name: c.task for c in cells}.values():
-        try:
-            load_task(task)
-        except (ValueError, TypeError) as e:  # a ConfigError already, or a constructor's check of its knobs
-            raise ConfigError(str(e)) from None
-
-
-def check_writable(folders: dict[str, Path]) -> None:
-    """Each folder a sweep writes exists (or can be made) and takes a file: one line naming the key otherwise."""
-    import tempfile
-
-    for key, folder in folders.items():
-        if folder.exists() and not folder.is_dir():
-            raise ConfigError(f"{key}={folder} is a file, not a folder; point {key} at a folder")
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            tempfile.TemporaryFile(dir=folder).close()
-        except OSError as e:
-            raise ConfigError(f"{key}={folder} cannot be written ({e.strerror or e}); point {key} at a folder "
-                              f"you can write") from None
-
-
-PREFLIGHT_TIMEOUT_S = 120  # a node's preflight task: the first task on a node starts a worker process
-AGENTS_IMPORT = "import torch, transformers, trl, datasets"  # what the built-in agents train with
-
-
-@functools.cache
-def _python_runs_in_a_sandbox(layout: Layout, task_json: str, sandbox_json: str, imports: str) -> str | None:
-    """None, or what went wrong running this interpreter with the agents' packages in a cell-shaped sandbox."""
-    import json
-
-    from orchestrator.cell import sandbox_paths
-
-    hidden, readonly = sandbox_paths(layout, json.loads(task_json))
-    try:
-        sandbox.preflight([sys.executable, "-c", imports], {"PATH": os.pathsep.join(
-            [os.path.dirname(sys.executable), "/usr/bin", "/bin"])}, hidden=hidden, readonly=readonly,
-            settings=sandbox.Settings.from_cfg(json.loads(sandbox_json)), cell_id="5a0d0c4ec700")
-    except sandbox.PreflightFailed as e:
-        return str(e)
-    return None
-
-
-def check_agents_python(layout: Layout, task: dict, sandbox_cfg: dict) -> None:
-    """Once per sweep (and per process), before any cell starts: the agents' interpreter and packages run in a
-    sandbox made as a cell's is, as the agents' uid. A failure (an interpreter under a folder that uid cannot
-    enter, a package it cannot read) is one config error, not a sweep of agent_errors."""
-    import json
-
-    problem = _python_runs_in_a_sandbox(layout, json.dumps(task, sort_keys=True),
-                                        json.dumps(sandbox_cfg, sort_keys=True), AGENTS_IMPORT)
-    if problem:
-        raise ConfigError(f"the agents' python ({sys.executable}) does not run in their sandbox: {problem}. Every "
-                          "folder above a2rl's environment must be enterable by other users (chmod o+x), or "
-                          "install it where they are (scripts/setup in a world-readable checkout)")
-
-
-def check_nodes_share(folders: dict[str, Path]) -> None:
-    """On a cluster, every node may run a cell or a grader: each must reach and write the same workspace root and
-    output dir (a cell writes its workspace and records there; a grader on another node reads the submission and
-    appends its record). A tiny task per node writes a file in each folder; a second round checks that every node
-    sees every other node's file (a path that exists on each node but is not shared storage fails here)."""
-    import secrets
-
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from collections import Counter
-
-    # a node's name in a message: its address, and its id's start (several nodes may share a machine)
-    nodes = {n["NodeID"]: f"{n['NodeManagerAddress']} (node {n['NodeID'][:8]})" for n in ray.nodes() if n["Alive"]}
-    probe = f".a2rl-preflight-{secrets.token_hex(4)}"
-
-    @ray.remote(num_cpus=0, max_retries=0)
-    def write(folder: str, name: str) -> str | None:
-        try:
-            Path(folder, probe).mkdir(parents=True, exist_ok=True)
-            Path(folder, probe, name).write_text(name)
-        except OSError as e:
-            return e.strerror or str(e)
-        return None
-
-    @ray.remote(num_cpus=0, max_retries=0)
-    def seen(folder: str) -> list[str]:
-        where = Path(folder, probe)
-        return sorted(p.name for p in where.iterdir()) if where.is_dir() else []
-
-    @ray.remote(num_cpus=0, max_retries=0)
-    def clean(folder: str, name: str) -> None:
-        Path(folder, probe, name).unlink(missing_ok=True)
-        try:
-            Path(folder, probe).rmdir()  # the last node's
-        except OSError:
-            pass
-
-    # What a task pinned to a node raises when the node is gone. The raylets learn it before `ray.nodes()` does
-    # (it lists a killed node as alive for a while), so these mean gone, whatever `ray.nodes()` says.
-    GONE = (ray.exceptions.TaskUnschedulableError, ray.exceptions.NodeDiedError)
-
-    def on(node_id: str, fn, *args):
-        return fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(*args)
-
-    def ask(refs: dict) -> dict:
-        """Each node's answer. A node that left the cluster since `ray.nodes()` was read (it died, or was scaled
-        down) is dropped from `nodes`: it will run no cell, so there is nothing to check on it. One that is still
-        alive and does not answer in time is named."""
-        _, waiting = ray.wait(list(refs.values()), num_returns=len(refs), timeout=PREFLIGHT_TIMEOUT_S)
-        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-        if late := [nodes[n] for n, r in refs.items() if r in waiting and n in alive]:
-            raise ConfigError(f"node(s) {', '.join(late)} did not answer the preflight (a tiny task) within "
-                              f"{PREFLIGHT_TIMEOUT_S} s: check that they are healthy (`ray status`)")
-        answers = {}
-        for node, ref in refs.items():
-            if ref in waiting:  # it left while we waited
-                del nodes[node]
-                continue
-            try:
-                answers[node] = ray.get(ref)
-            except GONE:
-                del nodes[node]
-        return answers
-
-    try:
-        for key, folder in folders.items():
-            for node, error in ask({n: on(n, write, str(folder), n) for n in nodes}).items():
-                if error:
-                    raise ConfigError(f"{nodes[node]} cannot write {key}={folder} ({error}); it must be shared "
-                                      "storage that every node mounts at that path, writable by Ray's user")
-            views = {n: tuple(names) for n, names in ask({n: on(n, seen, str(folder)) for n in nodes}).items()}
-            shared = Counter(views.values()).most_common(1)[0][0]  # what most nodes see: the shared folder
-            alone = len(shared) == 1 < len(nodes)  # no two nodes see each other's files: none shares it
-            if odd := [nodes[n] for n, view in views.items() if view != shared or alone]:
-                raise ConfigError(f"{key}={folder} on {', '.join(odd)} is not the folder the other nodes write "
-                                  f"(a node sees there what {len(shared)} of {len(nodes)} nodes wrote): it must be "
-                                  "shared storage (NFS, a PVC) mounted at that path on every node")
-    finally:  # this machine may not mount the folders: each node takes its own file back
-        try:
-            for folder in folders.values():
-                ray.get([on(n, clean, str(folder), n) for n in nodes], timeout=PREFLIGHT_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - a leftover probe file is harmless; the problem above is what to say
-            pass
+        ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level=logging.WARNING)
 
 
 def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
@@ -437,8 +239,6 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # the ledger and W&B are our loggers
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: our progress lines only
-    import logging
-
     logging.getLogger("ray.tune").setLevel(logging.ERROR)  # it would warn that our trials write no result.json
     started_ray = not ray.is_initialized()
     # Tasks that keep files in the cache (an environment's games) find it through this variable in every Ray worker.
@@ -452,23 +252,23 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
         if cfg.cluster.mode == "ray":
             check_nodes_share({"cluster.workspace_root": layout.workspace_root, "output_dir": layout.output_dir,
                                "cache_dir": layout.cache_dir})
-        check_reservations(cfg, plan, tasks, emulated, keys is not None, out)
+        check_reservations(cfg, plan.to_run, tasks, emulated, keys is not None, out)
         write_manifest(cfg, plan, layout, out)
         with sweep_services(cfg, tasks, keys, emulated, remove_on_exit=not local and not cfg.grading.keep_running
                             ) as endpoints:
-            callbacks = [LedgerCallback(ledger, [c.cell_id for c in plan.to_run], stream=out,
-                                        pending_report_s=float(cfg.cluster.get("pending_report_s") or 0))]
+            callbacks: list[tune.Callback] = [LedgerCallback(
+                ledger, [c.cell_id for c in plan.to_run], stream=out,
+                pending_report_s=float(cfg.cluster.get("pending_report_s") or 0))]
             if cfg.logger.kind == "wandb":
                 callbacks.append(WandbCallback(cfg.logger.project, cfg.logger.get("entity"),
                                                wandb_mode(cfg.logger.mode), layout.output_dir))
-            opts = {"sandboxed": sandboxed, "kill_grace_s": float(cfg.sandbox.kill_grace_s),
-                    "service_timeout_s": float(cfg.grading.service_timeout_s),
-                    "eval_timeout_s": float(cfg.grading.eval_timeout_s),
-                    "imports": list(cfg.get("imports") or []),
-                    "sandbox": to_plain(cfg.sandbox), "emulated": emulated,
-                    "grading_url": endpoints.grading_url, "driver_url": endpoints.driver_url,
-                    "scope": endpoints.scope,
-                    "cli_path": to_plain(cfg.get("cli_path")) or []}
+            opts = CellOptions(sandboxed=sandboxed, kill_grace_s=float(cfg.sandbox.kill_grace_s),
+                               service_timeout_s=float(cfg.grading.service_timeout_s),
+                               eval_timeout_s=float(cfg.grading.eval_timeout_s),
+                               imports=list(cfg.get("imports") or []), sandbox=to_plain(cfg.sandbox),
+                               emulated=emulated, grading_url=endpoints.grading_url,
+                               driver_url=endpoints.driver_url, scope=endpoints.scope,
+                               cli_path=to_plain(cfg.get("cli_path")) or [])
             trainable = tune.with_resources(
                 run_cell, lambda config: tune.PlacementGroupFactory(
                     [resources_of(CellSpec.from_dict(config["cell"]), emulated)]))
@@ -477,7 +277,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
                 tuner = tune.Tuner(
                     trainable,
                     param_space={"cell": tune.grid_search([c.to_dict() for c in remaining]),
-                                 "layout": layout.to_dict(), "opts": opts},
+                                 "layout": layout.to_dict(), "opts": opts.to_dict()},
                     tune_config=tune.TuneConfig(
                         max_concurrent_trials=cfg.cluster.max_concurrent_cells or None, reuse_actors=False,
                         trial_name_creator=lambda t: label(CellSpec.from_dict(t.config["cell"])),

@@ -60,7 +60,7 @@ def free_port(host: str) -> int:
 
 
 @contextmanager
-def sweep_services(cfg: DictConfig, tasks: list[dict], keys: dict[str, str] | None, emulated: bool,
+def sweep_services(cfg: DictConfig, tasks: list[TaskSpec], keys: dict[str, str] | None, emulated: bool,
                    remove_on_exit: bool) -> Iterator[Endpoints]:
     """keys: the real driver keys (None: no driver proxy); remove_on_exit: delete the applications at the end."""
     import logging
@@ -90,13 +90,12 @@ def sweep_services(cfg: DictConfig, tasks: list[dict], keys: dict[str, str] | No
             apps.append(scoped(deployment.APP_NAME, scope))
             retry = {"max_attempts": int(cfg.driver_proxy.max_attempts), "base_s": float(cfg.driver_proxy.backoff_s)}
             driver_url = url + deployment.deploy(keys, retry, float(cfg.driver_proxy.num_cpus), scope)
-        for task in tasks:
-            spec = TaskSpec.from_config(task)
+        for spec in tasks:
             apps.append(grading.app_name(spec.name, scope))
-            judged = bool(judge_drivers([task]))  # only a judged task's grader needs the proxy (and redeploys with it)
+            judged = bool(judge_drivers([spec]))  # only a judged task's grader needs the proxy (and redeploys with it)
             # Once here, not in every cell; and before the grader, so data that cannot be loaded is the task's one
             # line (a ConfigError), not a failed deployment's traceback.
-            task_material(task, cache_dir)
+            task_material(spec, cache_dir)
             grading.deploy(spec, str(cache_dir), emulated_gpus=emulated, driver_url=driver_url if judged else None,
                            scope=scope)
             if is_interactive(spec):  # the rollout service on the train instances

@@ -149,7 +149,7 @@ def check_task(data: dict) -> dict:
     retention = data.get("retention")
     if isinstance(retention, dict) and isinstance(retention.get("task"), str):
         other = check_task(load_named("task", retention["task"], f"task {data.get('name')}: retention.task"))
-        if judge_drivers([other]):
+        if judge_drivers([TaskSpec.from_config(other)]):
             raise ConfigError(f"task {data.get('name')}: retention.task={retention['task']!r} is judged by an LLM; "
                               "retention scores only on a task without a judge (e.g. arithmetic, gsm8k)")
         data = {**data, "retention": {**retention, "task": other}}
@@ -190,9 +190,10 @@ def modes_of(cfg: DictConfig) -> list[dict | None]:
             for name, data in _names(cfg, "mode", "modes")]
 
 
-def judge_drivers(tasks: list[dict]) -> list[dict]:
+def judge_drivers(tasks: list[TaskSpec]) -> list[dict]:
     """The LLM judges of the tasks (driver configs)."""
-    return [t["judge"] for t in tasks if isinstance(t.get("judge"), dict) and t["judge"].get("provider") != "none"]
+    judges = [t.params.get("judge") for t in tasks]
+    return [j for j in judges if isinstance(j, dict) and j.get("provider") != "none"]
 
 
 def expand(cfg: DictConfig) -> list[CellSpec]:
@@ -212,6 +213,7 @@ def expand(cfg: DictConfig) -> list[CellSpec]:
 
     cells = []
     for task in tasks:
+        spec = TaskSpec.from_config(task)  # read once: every cell of the task holds it
         for agent in agents:
             if agent.needs_driver:
                 paired = [d for d in drivers if d.provider != "none"]
@@ -224,7 +226,7 @@ def expand(cfg: DictConfig) -> list[CellSpec]:
             for driver in paired:
                 for mode in modes:
                     for seed in seeds:
-                        cells.append(CellSpec(agent=agent, driver=driver, task=task, seed=seed, budget=budget,
+                        cells.append(CellSpec(agent=agent, driver=driver, task=spec, seed=seed, budget=budget,
                                               sweep=str(cfg.sweep.name), mode=mode))
     ids = [c.cell_id for c in cells]
     if len(set(ids)) != len(ids):

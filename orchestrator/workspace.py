@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from contracts.specs import CellSpec
+from contracts.task_spec import TaskSpec
 
 API_TEXT = """
 ## How you are graded
@@ -66,22 +67,20 @@ def instructions(cell: CellSpec, task_text: str) -> str:
     return f"# Task: {cell.task_name}\n\n{task_text.strip()}\n{mode}{api}"
 
 
-def task_material(task_cfg: dict, cache_dir: Path) -> Path:
+def task_material(task: TaskSpec, cache_dir: Path) -> Path:
     """The task's visible material (instructions.md, train.jsonl), built once per task config and cached.
 
     The orchestrator builds it before the trials start, so a cell only copies files (generating a train split
     can take seconds and import heavy packages)."""
-    from contracts.specs import task_identity
-
-    key = hashlib.sha256(json.dumps(task_identity(task_cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
-    folder = cache_dir / "tasks" / f"{task_cfg['name']}-{key}"
+    key = hashlib.sha256(json.dumps(task.identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    folder = cache_dir / "tasks" / f"{task.name}-{key}"
     if (folder / "train.jsonl").exists():
         return folder
-    from contracts.task import load_task
+    from contracts.task import build_task
 
-    task = load_task(task_cfg, cache_dir)
+    built = build_task(task, cache_dir)
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    for name, text in task.given_texts().items():  # what the grader also knows as given (contamination)
+    for name, text in built.given_texts().items():  # what the grader also knows as given (contamination)
         (tmp / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp / name).write_text(text)
     try:
@@ -139,11 +138,11 @@ def given_digests(workspace: Path) -> dict[str, str]:
                 continue
             with os.fdopen(fd, "rb") as f:
                 out[os.path.relpath(os.path.join(root, name), workspace)] = \
-                    hashlib.file_digest(f, "sha256").hexdigest()
+                    hashlib.file_digest(f, "sha256").hexdigest()  # type: ignore[attr-defined]  # (3.11+)
     return out
 
 
-def agent_env(workspace: Path, run: dict, cpus: float, inherit: dict | None = None) -> dict:
+def agent_env(workspace: Path, run: dict, cpus: float, inherit: Mapping[str, str] | None = None) -> dict:
     """A clean environment: nothing of the orchestrator's leaks in (no keys, no Ray or W&B variables)."""
     inherit = inherit if inherit is not None else os.environ
     home = workspace / ".home"

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
+from contracts.runs import RunRegistration
 from contracts.task import load_task  # noqa: E402
 from contracts.task_spec import TaskSpec  # noqa: E402
 from evaluators.base_models import resolve_base_model  # noqa: E402
@@ -145,9 +146,9 @@ def test_the_base_model_through_the_grading_service(ray_cluster, cache_dir, grad
     (workspace / "output").mkdir(parents=True)
     (workspace / "code").mkdir()
     token = secrets.token_urlsafe(16)
-    registered = handle.register_run.remote(token, {
-        "cell_id": "alf", "workspace": str(workspace), "records_dir": str(tmp_path), "code_repo": str(tmp_path / "g"),
-        "started_at": time.time(), "deadline": time.time() + 600, "max_submissions": 2}).result()
+    registered = handle.register_run.remote(token, RunRegistration(
+        cell_id="alf", workspace=str(workspace), records_dir=str(tmp_path), code_repo=str(tmp_path / "g"),
+        started_at=time.time(), deadline=time.time() + 600, max_submissions=2)).result()
     assert registered["baseline_score"] == 0.0 and registered["n_eval"] == 2
     shutil.copytree(base, workspace / "output" / "copy")
     r = httpx.post(f"http://127.0.0.1:{grading_port}/{SMALL_TASK['name']}/submit", json={"model_path": "output/copy"},

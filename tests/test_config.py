@@ -81,9 +81,9 @@ def test_a_task_file_extends_another_the_same_way_in_a_sweep_and_on_the_command_
     listed = cells_for("sweep=alfworld_small", "sweep.agents=[sft]")[0].task
     selected = cells_for("sweep=alfworld_small", "sweep.agents=[sft]", "task=alfworld_small")[0].task
     assert listed == selected
-    assert listed["name"] == "alfworld_small" and listed["task_types"] == ["pick"]
-    assert listed["cls"] == load_named("task", "alfworld", "test")["cls"]  # inherited from conf/task/alfworld.yaml
-    assert "defaults" not in listed
+    assert listed.name == "alfworld_small" and listed.params["task_types"] == ["pick"]
+    assert listed.cls == load_named("task", "alfworld", "test")["cls"]  # inherited from conf/task/alfworld.yaml
+    assert "defaults" not in listed.config
 
 
 def test_a_config_that_extends_itself_is_refused(tmp_path, monkeypatch):
@@ -110,6 +110,11 @@ def test_a_config_that_extends_itself_is_refused(tmp_path, monkeypatch):
      "task webshop: rollout.num_hosts is null (one host per CPU of the cluster) while host_cpus=1 reserves CPUs"),
     (["task=arithmetic", "task.cls=nope"], "unknown task 'nope'; known: alfworld"),
     (["sweep.agents=[sft]", "+agent.kind=robot"], "agent.kind='robot' must be one of 'builtin', 'cli', 'command'"),
+    # an agent.args key its agent does not read (a typo) would be ignored: its script's DEFAULTS, its CLI's knobs
+    (["agent=sft", "+agent.args.step_per_round=3"],
+     "agent.args: unknown key(s) ['step_per_round']; known keys are ['activation_checkpointing', 'batch_size',"),
+    (["agent=codex", "+agent.args.reasoning_efort=low"],
+     "unknown key(s) ['reasoning_efort']; known keys are ['extra_args', 'preamble', 'reasoning_effort']"),
 ])
 def test_config_errors_name_key_and_value(overrides, message):
     with pytest.raises(ConfigError) as e:
@@ -174,7 +179,7 @@ def test_paper_grid_crosses_each_cli_with_the_drivers_it_speaks():
     assert {d for a, d in pairs if a in ("openhands", "rdagent")} == {"claude-sonnet", "gpt", "gemini"}
     assert {d for a, d in pairs if a in ("sft", "copy_base", "noop")} == {"none"}
     assert len(cells) == (12 + 3) * 6 * 3  # (CLI x driver pairs + reference agents) x tasks x seeds
-    tasks = {c.task_name: c.task for c in cells}
+    tasks = {c.task_name: c.task.config for c in cells}
     assert sorted(tasks) == ["alfworld", "alpacaeval", "deepsearchqa", "gsm8k", "humaneval", "webshop"]
     # the paper's base models, on top of each task's own file; every grader on a GPU of its own
     assert tasks["gsm8k"]["base_model"] == "Qwen/Qwen2.5-1.5B" and tasks["gsm8k"]["prompt_template"]
@@ -203,7 +208,7 @@ def test_paper_grid_dry_run_says_what_is_missing_and_starts_nothing(tmp_path):
 
 
 def test_folders_that_cannot_be_written_are_one_line_naming_the_key(tmp_path):
-    from orchestrator.runner import check_writable
+    from orchestrator.preflight import check_writable
 
     a_file = tmp_path / "a-file"
     a_file.write_text("x")

@@ -18,12 +18,14 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 
+from contracts.runs import RunRegistration
 from contracts.task import load_task
 from contracts.task_spec import TaskSpec
 from envs.deepsearchqa import prompt
 from envs.deepsearchqa.answers import answer_correct, normalize_answer
 from envs.deepsearchqa.expert import plan
 from evaluators.evaluate import evaluate_loaded
+from tests.support.runs import bare_run
 from tests.support.scripted_backend import ScriptedBackend
 
 WORLD = {"people": 24, "organisations": 8, "cities": 6, "countries": 3, "distractors": 2}
@@ -379,9 +381,7 @@ def run_token(service) -> str:
     import ray
 
     token = secrets.token_urlsafe(16)
-    ray.get(service["registry"].register.remote(token, {"cell_id": "t", "workspace": "/nonexistent",
-                                                        "started_at": time.time(), "deadline": time.time() + 600,
-                                                        "max_submissions": 1}))
+    ray.get(service["registry"].register.remote(token, bare_run()))
     return token
 
 
@@ -430,9 +430,9 @@ def test_grading_over_http(ray_cluster, cache_dir, grading_port, task, tmp_path)
     workspace = tmp_path / "ws"
     (workspace / "output").mkdir(parents=True)
     token = secrets.token_urlsafe(16)
-    registered = handle.register_run.remote(token, {
-        "cell_id": "dsqa", "workspace": str(workspace), "records_dir": str(tmp_path), "code_repo": str(tmp_path / "g"),
-        "started_at": time.time(), "deadline": time.time() + 600, "max_submissions": 2}).result()
+    registered = handle.register_run.remote(token, RunRegistration(
+        cell_id="dsqa", workspace=str(workspace), records_dir=str(tmp_path), code_repo=str(tmp_path / "g"),
+        started_at=time.time(), deadline=time.time() + 600, max_submissions=2)).result()
     assert registered["baseline_score"] == 0.0 and registered["n_eval"] == 4
     shutil.copytree(base, workspace / "output" / "copy")
     r = httpx.post(f"http://127.0.0.1:{grading_port}/{SMALL['name']}/submit", json={"model_path": "output/copy"},

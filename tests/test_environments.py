@@ -4,7 +4,6 @@ its render/parse come from the shared machinery, which names no environment."""
 from __future__ import annotations
 
 import secrets
-import time
 
 import httpx
 import pytest
@@ -13,6 +12,7 @@ from contracts.task import load_task
 from contracts.task_spec import TaskSpec
 from evaluators.evaluate import evaluate_loaded
 from tests.support import counter  # noqa: F401  (registers the task "counter")
+from tests.support.runs import bare_run
 from tests.support.scripted_backend import ScriptedBackend
 
 COUNTER = {"name": "counter_t", "cls": "counter", "base_model": "tiny", "level": 3, "train_starts": [0, 5],
@@ -53,7 +53,7 @@ def test_its_rollout_service(ray_cluster, cache_dir, grading_port):
 
     route = rollout_service.deploy(TaskSpec.from_config(COUNTER), str(cache_dir))
     url, token = f"http://127.0.0.1:{grading_port}{route}", secrets.token_urlsafe(16)
-    ray_cluster.get(registry().register.remote(token, {"deadline": time.time() + 60, "max_submissions": 1}))
+    ray_cluster.get(registry().register.remote(token, bare_run(60)))
     headers = {"Authorization": f"Bearer {token}"}
     games = httpx.get(url + "/games", headers=headers, timeout=30).json()
     assert games["games"] == [{"index": 0, "name": "from-0", "distance": 3},

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from contracts.runs import RunRegistration
 from contracts.records import read_jsonl
 from contracts.specs import to_plain
 from contracts.task_spec import TaskSpec
@@ -46,10 +47,10 @@ class Run:
         self.records.mkdir()
         self.token = secrets.token_urlsafe(16)
         now = time.time()
-        grader["handle"].register_run.remote(self.token, {
-            "cell_id": root.name, "workspace": str(self.workspace), "records_dir": str(self.records),
-            "code_repo": str(root / "code.git"), "started_at": now, "deadline": now + wall_time_s,
-            "max_submissions": max_submissions}).result()
+        grader["handle"].register_run.remote(self.token, RunRegistration(
+            cell_id=root.name, workspace=str(self.workspace), records_dir=str(self.records),
+            code_repo=str(root / "code.git"), started_at=now, deadline=now + wall_time_s,
+            max_submissions=max_submissions)).result()
 
     def submit(self, model_path, token=None, timeout=300, **fields):
         return httpx.post(f"{self.grader['url']}/submit", json={"model_path": model_path, **fields}, timeout=timeout,

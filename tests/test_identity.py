@@ -124,7 +124,7 @@ def test_a_sweep_flags_the_submitted_sibling_and_the_lost_skill_not_the_trained_
     """Task gsm_symbolic (cut short) on the base that answers 0, the sibling (answers 100: the base's arithmetic
     lost) a known model, and retention on arithmetic."""
     from orchestrator.analysis import tables
-    from orchestrator.analysis.report import _doubts_section
+    from orchestrator.analysis.report_markdown import _doubts_section
     from orchestrator.analysis.run_report import cell_report
 
     base, sibling, trained = models["base"], models["sibling"], models["trained"]

@@ -10,7 +10,7 @@ import yaml
 
 from contracts.records import write_json_durably
 from orchestrator import manifest
-from orchestrator.analysis.report import _manifest_section
+from orchestrator.analysis.report_markdown import _manifest_section
 from tests.conftest import ROOT
 
 

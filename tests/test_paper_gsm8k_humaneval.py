@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contracts.task_spec import TaskSpec
 from contracts.decoding import Decoding
 from contracts.specs import ConfigError
 from contracts.task import load_task
@@ -156,7 +157,7 @@ def test_a_paper_workspace_gets_a_runnable_evaluator_without_hidden_data(gsm8k, 
 
     for task, config in ((gsm8k, task_config("gsm8k", data_path=str(gsm8k.data_path))),
                          (humaneval, task_config("humaneval"))):
-        material = task_material(config, tmp_path / task.name)
+        material = task_material(TaskSpec.from_config(config), tmp_path / task.name)
         files = sorted(p.name for p in (material / "eval").iterdir())
         assert files == (["gsm8k_fewshot.json", "opencompass_protocol.py"] if task is gsm8k
                          else ["opencompass_protocol.py"])

@@ -152,7 +152,8 @@ def test_the_sweeps_table_counts_the_flags_a_protocol_raises(tmp_path):
 
     ledger = Ledger(tmp_path / "ledger.sqlite")
     cells = [CellSpec(agent=AgentSpec(name="sft", kind="builtin"), driver=DriverSpec(name="none"),
-                      task={"name": "humaneval", "protocol": "paper"}, seed=seed, sweep="s",
+                      task=TaskSpec.from_config({"name": "humaneval", "cls": "humaneval", "base_model": "tiny",
+                                                 "protocol": "paper"}), seed=seed, sweep="s",
                       budget=Budget(wall_time_s=100, max_submissions=4)) for seed in (0, 1)]
     ledger.add_cells(cells)
     for cell, flags in zip(cells, (["gamed_tests", "cached"], ["gamed_tests", "approximate", "copy_of_base"])):

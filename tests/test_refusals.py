@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import pickle
-import time
 
 import pytest
 
 from contracts.refusals import STATUS, Refusal
 from contracts.runs import RunRegistry, run_token
+from tests.support.runs import bare_run
 
 
 def test_a_refusal_is_its_code_status_and_message_also_across_processes():
@@ -36,8 +36,8 @@ def test_the_run_registry_says_why_it_refuses(ray_cluster):
     import ray
 
     registry = RunRegistry.remote()  # a fresh one, not the sweep's
-    ray.get(registry.register.remote("late", {"deadline": time.time() - 1, "max_submissions": 3}))
-    ray.get(registry.register.remote("one", {"deadline": time.time() + 600, "max_submissions": 1}))
+    ray.get(registry.register.remote("late", bare_run(-1, max_submissions=3)))
+    ray.get(registry.register.remote("one", bare_run(600, max_submissions=1)))
     codes = {}
     for token in ("late", "one", "one", "unknown"):
         _, refusal = ray.get(registry.reserve.remote(token))

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from nbclient import NotebookClient
 
+from contracts.task_spec import TaskSpec
 from contracts.code_snapshots import snapshot_code
 from contracts.specs import AgentSpec, Budget, CellSpec, ConfigError, DriverSpec
 from orchestrator.analysis import curves, tables
@@ -24,7 +25,8 @@ BASELINE = 0.5
 
 def spec(task: str, agent: str, seed: int, driver: str = "none") -> CellSpec:
     return CellSpec(agent=AgentSpec(name=agent, kind="builtin"), driver=DriverSpec(name=driver),
-                    task={"name": task}, seed=seed, sweep="synth",
+                    task=TaskSpec.from_config({"name": task, "cls": "arithmetic", "base_model": "tiny"}), seed=seed,
+                    sweep="synth",
                     budget=Budget(wall_time_s=100, max_submissions=4, max_tokens=1000))
 
 

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from contracts.rollout_api import GAMES_KEYS, RESET_KEYS, ROUTES, STEP_KEYS
+from tests.support.runs import bare_run
 
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
@@ -51,9 +52,7 @@ class Client:
         if register:
             import ray
 
-            ray.get(service["registry"].register.remote(self.token, {
-                "cell_id": "test", "workspace": "/nonexistent", "started_at": time.time(),
-                "deadline": time.time() + 600, "max_submissions": 1}))
+            ray.get(service["registry"].register.remote(self.token, bare_run()))
 
     def post(self, path: str, body=None, token: str | None = None, raw: bytes | None = None) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token or self.token}"}

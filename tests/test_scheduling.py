@@ -255,9 +255,9 @@ def test_an_agents_python_that_cannot_run_in_the_sandbox_is_one_config_error(run
     """Checked once per sweep before any cell starts, in a sandbox made as a cell's is: here the agents' packages
     lack one (as when a folder above them is closed to the agents' uid), and the sweep stops with one line."""
     from contracts.specs import ConfigError
-    from orchestrator import runner
+    from orchestrator import preflight
 
-    monkeypatch.setattr(runner, "AGENTS_IMPORT", "import torch, a2rl_no_such_package")
+    monkeypatch.setattr(preflight, "AGENTS_IMPORT", "import torch, a2rl_no_such_package")
     with pytest.raises(ConfigError, match=r"(?s)does not run in their sandbox: .*a2rl_no_such_package.*chmod o\+x"):
         run_sweep(SMOKE)
 
@@ -276,7 +276,7 @@ def test_reservations_that_can_never_fit_are_refused_before_anything_waits(run_s
 
 
 def test_reservation_check_places_services_first_and_only_warns_on_a_growing_cluster():
-    from orchestrator.reservations import check_fits
+    from orchestrator.preflight import check_fits
     from contracts.specs import ConfigError
 
     nodes = [{"CPU": 16, "GPU": 1}, {"CPU": 2}]
@@ -307,7 +307,7 @@ def test_the_shared_storage_preflight_passes_over_a_node_that_left_after_it_was_
     the sweep."""
     import secrets
 
-    from orchestrator.runner import check_nodes_share
+    from orchestrator.preflight import check_nodes_share
 
     listed = ray_cluster.nodes()
     stale = listed + [{**listed[0], "NodeID": secrets.token_hex(28)}]  # a gone node, still listed alive

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from contracts.runs import RunRegistration
 from contracts.task import load_task
 from contracts.task_spec import TaskSpec
 from envs.webshop import expert
@@ -23,6 +24,7 @@ from envs.webshop.reward import reward, token_set_ratio
 
 from envs.webshop.search import SearchEngine
 from evaluators.evaluate import evaluate_loaded
+from tests.support.runs import bare_run
 from tests.support.scripted_backend import ScriptedBackend
 
 SMALL = {"name": "webshop_t", "cls": "webshop", "level": 3, "base_model": "tiny-webshop", "n_products": 120,
@@ -270,9 +272,9 @@ def test_the_base_model_through_the_grading_service(ray_cluster, cache_dir, grad
     (workspace / "output").mkdir(parents=True)
     (workspace / "code").mkdir()
     token = secrets.token_urlsafe(16)
-    registered = handle.register_run.remote(token, {
-        "cell_id": "ws", "workspace": str(workspace), "records_dir": str(tmp_path), "code_repo": str(tmp_path / "g"),
-        "started_at": time.time(), "deadline": time.time() + 600, "max_submissions": 2}).result()
+    registered = handle.register_run.remote(token, RunRegistration(
+        cell_id="ws", workspace=str(workspace), records_dir=str(tmp_path), code_repo=str(tmp_path / "g"),
+        started_at=time.time(), deadline=time.time() + 600, max_submissions=2)).result()
     assert registered["n_eval"] == 6 and 0.0 <= registered["baseline_score"] <= 100.0
     assert registered["n_final"] == 3 and 0.0 <= registered["final_baseline_score"] <= 100.0
     shutil.copytree(resolve_base_model("tiny-webshop", cache_dir / "models"), workspace / "output" / "copy")
@@ -310,7 +312,7 @@ def client(service):
     import ray
 
     token = secrets.token_urlsafe(16)
-    ray.get(service["registry"].register.remote(token, {"deadline": time.time() + 600, "max_submissions": 1}))
+    ray.get(service["registry"].register.remote(token, bare_run()))
     headers = {"Authorization": f"Bearer {token}"}
 
     def post(path, body):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TEXT_LIMIT = 2000
+COMMON_ARGS = ("preamble", "extra_args")  # the agent.args every CLI takes (build_prompt, extra_args)
 OUTPUT_SHARE = 4   # a reply may take a quarter of a known context window
 
 PREAMBLE = ("You are an autonomous agent working alone in the folder {workspace} (your current directory). "
@@ -98,6 +99,7 @@ class CliAdapter:
     package: str = ""           # the npm package that installs it
     providers: tuple[str, ...] = ()   # driver providers whose wire protocol the CLI speaks
     on_path: bool = True        # its folder goes first on the agent's PATH (an npm CLI's siblings)
+    args: tuple[str, ...] = ()  # its own agent.args knobs, besides COMMON_ARGS
 
     def install_command(self, version: str | None) -> str:
         return f"npm install -g {self.package}" + (f"@{version}" if version else "")

@@ -27,6 +27,7 @@ class Codex(CliAdapter):
     executable = "codex"
     package = "@openai/codex"
     providers = ("openai", "openai-compatible")
+    args = ("reasoning_effort",)
 
     def launch(self, ctx: Context) -> Launch:
         codex_home = ctx.home / ".codex"

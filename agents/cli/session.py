@@ -20,8 +20,10 @@ from pathlib import Path
 
 from agents.cli.base import CliAdapter, Context, build_prompt
 from agents.proxy.protocols import provider
+from contracts.outcomes import Limit
 
-LIMITS = {"max_tokens": "tokens", "max_cost_usd": "cost"}   # proxy's exhausted limit -> the cell's limit_hit
+# the driver proxy's exhausted limit -> the cell's limit_hit
+LIMITS: dict[str | None, Limit] = {"max_tokens": "tokens", "max_cost_usd": "cost"}
 RPC_TIMEOUT_S = 30.0
 DRAIN_S = 5.0   # at the end, how long in-flight calls may take to land in the records
 
@@ -70,7 +72,7 @@ class AgentSession:
         self.parser = adapter.parser() if adapter else None
         self._tail = None
         self._asked_at_calls = -1
-        self._limit: str | None = None
+        self._limit: Limit | None = None
         self._proxy_url = ""
         self._proxy_app = ""
         self.driver = driver_config(cell)   # start() adds the model's context window the proxy found
@@ -161,7 +163,7 @@ class AgentSession:
                 os.close(fd)
         return len(events)
 
-    def limit_hit(self, calls_seen: int) -> str | None:
+    def limit_hit(self, calls_seen: int) -> Limit | None:
         """'tokens' or 'cost' once the proxy says the cell's budget is spent. It is asked only when new calls
         were recorded since the last question (a budget only moves with calls)."""
         if self.key is None or self._limit or calls_seen == self._asked_at_calls:
