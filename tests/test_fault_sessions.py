@@ -283,6 +283,7 @@ def fill(disk: Path) -> int:
     return written
 
 
+@pytest.mark.slow  # ~40 s; a record line the full disk cuts (below) covers what is kept
 def test_the_output_dir_filling_up_mid_sweep_is_one_clear_error_and_loses_nothing(cache_dir, tmp_path, small_disk):
     """As a user runs it (the command line: its one line of error, its exit status), on a one-cell sweep whose output
     dir is a small disk that the test fills once the agent's first submission is recorded."""

@@ -251,6 +251,7 @@ def test_digest_follows_weights_not_files(tiny, backend, tmp_path):
 
 # ---------------------------------------------------------------- agents
 
+@pytest.mark.slow  # the demo sweep test trains the same agent on the same task; batching is test_determinism's
 def test_sft_beats_the_base_model(tiny, backend, arithmetic, tmp_path):
     sft = load_script(ROOT / "agents" / "builtin" / "sft.py")
     baseline = evaluate(arithmetic, backend, tiny)

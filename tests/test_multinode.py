@@ -98,6 +98,8 @@ def submitted(out: Path, cell_id: str, attempt: int) -> bool:
     return bool(read_jsonl(out / "cells" / cell_id / f"attempt-{attempt}" / "submissions.jsonl"))
 
 
+# ~1.5 min; a restarted orchestrator resuming is test_crash_resume's path, a lost attempt retried test_faults'
+@pytest.mark.slow
 def test_two_sweeps_on_three_nodes_a_dead_node_and_a_restarted_orchestrator(cluster, cache_dir, tmp_path):
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
