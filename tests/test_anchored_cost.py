@@ -32,7 +32,8 @@ DRIVER = {"name": "fake-gpt", "model": "gpt-fake", "provider": "openai"}
 def spec(task: str, seed: int) -> CellSpec:
     return CellSpec(agent=AgentSpec(name="cli", kind="cli"),
                     driver=DriverSpec(name="fake-gpt", provider="openai", model="gpt-fake"),
-                    task={"name": task, "cls": "reasoning_gym", "base_model": "tiny", **TASKS[task][1]}, seed=seed,
+                    task=TaskSpec.from_config({"name": task, "cls": "reasoning_gym", "base_model": "tiny",
+                                               **TASKS[task][1]}), seed=seed,
                     sweep="anchor", budget=Budget(wall_time_s=3600, max_submissions=3, gpus=0.5))
 
 
@@ -79,7 +80,8 @@ def test_a_reference_score_needs_its_source_and_changes_no_cell_id():
     ok = TaskSpec.from_config({**base, "reference_score": 55, "reference_source": "run"})
     assert (ok.reference_score, ok.reference_source, ok.params) == (55.0, "run", {})
     plain = spec("free", 0)
-    anchored = CellSpec(**{**plain.__dict__, "task": {**plain.task, "reference_score": 9.0, "reference_source": "r"}})
+    anchored = CellSpec(**{**plain.__dict__, "task": TaskSpec.from_config(
+        {**plain.task.config, "reference_score": 9.0, "reference_source": "r"})})
     assert anchored.cell_id == plain.cell_id  # a reference added later keeps every finished cell
 
 

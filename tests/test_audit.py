@@ -13,6 +13,7 @@ from agents.proxy.usage import Usage
 from contracts.code_snapshots import snapshot_code
 from contracts.records import append_jsonl, read_jsonl
 from contracts.specs import AgentSpec, Budget, CellSpec, DriverSpec
+from contracts.task_spec import TaskSpec
 from orchestrator.analysis import audit, run_summary
 from orchestrator.analysis.report import build_report
 from orchestrator.ledger import Ledger
@@ -32,7 +33,8 @@ INVENTED = "rm -rf /grading/hidden_eval.jsonl"  # the LLM's quote that is in no 
 def spec(seed: int) -> CellSpec:
     return CellSpec(agent=AgentSpec(name="codex", kind="cli"),
                     driver=DriverSpec(name="fake-gpt", provider="openai", model="gpt-agent"),
-                    task={"name": "arithmetic"}, seed=seed, sweep="audit",
+                    task=TaskSpec.from_config({"name": "arithmetic", "cls": "reasoning_gym", "base_model": "tiny"}),
+                    seed=seed, sweep="audit",
                     budget=Budget(wall_time_s=600, max_submissions=3))
 
 
