@@ -98,12 +98,10 @@ class FileHashes:
         kept = self.known.get(key)
         if kept and kept[:2] == stamp:
             return kept[2]
-        digest = hashlib.sha256()
         with open(real, "rb") as f:
-            while block := f.read(1 << 20):
-                digest.update(block)
-        self.known[key], self.changed = [*stamp, digest.hexdigest()], True
-        return digest.hexdigest()
+            digest = hashlib.file_digest(f, "sha256").hexdigest()  # as workspace.given_digests hashes files
+        self.known[key], self.changed = [*stamp, digest], True
+        return digest
 
     def source(self, path: Path) -> dict:
         """A file's hash, or a folder's: the hash of its files' relative paths and hashes, in order."""
