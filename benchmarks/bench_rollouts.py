@@ -4,10 +4,11 @@ environment in this process against the service (HTTP, Serve router, host actors
     python benchmarks/bench_rollouts.py [--envs alfworld,webshop,deepsearchqa] [--steps 300] [--batches 16,64]
                                         [--hosts 2] [--episodes 64] [--horizon 20]
 
-Per environment: one session stepped one request at a time (POST /env/step) against one episode in process (steps/s,
-p50/p99 a step, the p50 overhead; the same through the agent client with its kept connection and with a new connection
-a request; and the parts: Serve alone, GET /env/health, and the host's actor call alone); batches of 16 and 64
-sessions stepped with one POST /env/step_batch each (steps/s, p50/p99 of a batch and per step); and a GRPO-shaped
+Per environment: one session stepped one request at a time (POST /env/step, a JSON body, and the same fields as query
+parameters with no body) against one episode in process (steps/s, p50/p99 a step, the p50 overhead; the same through
+the agent client with its kept connection and with a new connection a request; and the parts: Serve alone, GET /env/health, and the host's actor call alone); batches of 16 and 64
+sessions stepped with one POST /env/step_batch each (steps/s, p50/p99 of a batch and per step) against the same
+sessions (games, policy, seeds) stepped in process with Environment.step_many; and a GRPO-shaped
 round, `episodes` episodes in lockstep to completion (done, or `horizon` steps) with a scripted policy, through the
 agent client (a2rl_client.Env: one reset batch, one step batch per lockstep step) against the same round in process.
 Also counts the run registry's lookups: routers check tokens against their snapshot of open runs, not the registry.
@@ -103,7 +104,30 @@ def in_process_steps(environment, policy: Scripted, steps: int) -> dict:
     return {**summary(lat, len(lat), sum(lat)), "steps_per_cpu_s": round(steps / cpu_s, 1)}
 
 
-def service_steps(http, url: str, headers: dict, policy: Scripted, steps: int) -> dict:
+def in_process_batches(environment, policy: Scripted, n_games: int, size: int, rounds: int) -> dict:
+    """The same sessions as a service batch (games, policy, seeds), stepped here with the environment's own
+    step_many, as a host steps its part: what a batch costs without the service, per CPU second."""
+    instances = environment.instances("train")
+    rngs = [random.Random(i) for i in range(size)]
+    eps = [environment.open(instances[i % n_games]) for i in range(size)]
+    admissible = [list(e.reset().actions or ()) for e in eps]
+    lat = []
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    for _ in range(rounds):
+        actions = [policy(a, rng, False) for a, rng in zip(admissible, rngs)]
+        t = time.perf_counter()
+        steps = environment.step_many(eps, actions)
+        lat.append(time.perf_counter() - t)
+        admissible = [list(s.actions or ()) for s in steps]
+    cpu_s, wall = time.process_time() - cpu0, time.perf_counter() - t0
+    for e in eps:
+        e.close()
+    return {"sessions": size, **summary(lat, rounds * size, wall, per=size),
+            "steps_per_cpu_s": round(rounds * size / cpu_s, 1)}
+
+
+def service_steps(http, url: str, headers: dict, policy: Scripted, steps: int, query: bool = False) -> dict:
+    """One session, one POST /step a step: the fields as a JSON body, or (query) as URL parameters and no body."""
     rng = random.Random(0)
     s = http.post(url + "/reset", json={"game": 0}, headers=headers).json()
     lat = []
@@ -111,7 +135,8 @@ def service_steps(http, url: str, headers: dict, policy: Scripted, steps: int) -
     for _ in range(steps):
         body = {"session_id": s["session_id"], "command": policy(s["admissible_commands"], rng, may_end=False)}
         t = time.perf_counter()
-        r = http.post(url + "/step", json=body, headers=headers)
+        r = http.post(url + "/step", params=body, headers=headers) if query else \
+            http.post(url + "/step", json=body, headers=headers)
         lat.append(time.perf_counter() - t)
         r.raise_for_status()
         s = {**s, **r.json()}
@@ -150,14 +175,16 @@ def cpu_ms_per_step(processes: dict, before: dict, steps: int) -> dict:
 
 
 def client_steps(url: str, token: str, policy: Scripted, steps: int, keep_alive: bool) -> dict:
-    """One session through the agent client's HTTP: a kept-open connection (a2rl_client.KeepAlive, what Env uses) or
-    a new connection a request (a2rl_client.http, urllib)."""
+    """One session through the agent client's HTTP: a kept-open connection (a2rl_client.KeepAlive, what Env uses,
+    with the step in the query as Env sends one session's step) or a new connection a request (a2rl_client.http,
+    urllib, a JSON body)."""
     from agents.builtin import a2rl_client
 
     keep = a2rl_client.KeepAlive(url, token)
 
     def post(path: str, body: dict) -> dict:
-        code, answer = keep(path, body) if keep_alive else a2rl_client.http(url + path, token, body)
+        code, answer = (keep(path, query=body) if path == "/step" else keep(path, body)) if keep_alive else \
+            a2rl_client.http(url + path, token, body)
         assert code == 200, (code, answer)
         return answer
 
@@ -246,10 +273,10 @@ def round_in_process(environment, policy: Scripted, episodes: int, horizon: int)
         active = [i for i in range(episodes) if not last[i]["done"]]
         if not active:
             break
-        for i in active:
-            step = eps[i].step(policy(last[i]["admissible_commands"], rngs[i], may_end=True))
+        actions = [policy(last[i]["admissible_commands"], rngs[i], may_end=True) for i in active]
+        for i, step in zip(active, environment.step_many([eps[i] for i in active], actions)):  # as a host steps
             last[i] = {"admissible_commands": list(step.actions or ()), "done": step.done or step.won}
-            steps += 1
+        steps += len(active)
     wall = time.perf_counter() - t0
     for e in eps:
         e.close()
@@ -312,6 +339,7 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
         before = cpu_seconds(processes)
         out["service_one_session"] = service_steps(http, url, headers, policy, a.steps)
         out["service_one_session"]["cpu_ms_per_step"] = cpu_ms_per_step(processes, before, a.steps)
+        out["service_one_session_query"] = service_steps(http, url, headers, policy, a.steps, query=True)
         out["client_keep_alive"] = client_steps(url, token, policy, a.steps, keep_alive=True)
         out["client_new_connections"] = client_steps(url, token, policy, a.steps, keep_alive=False)
         out["serve_alone"] = serve_alone(http, url, a.steps)
@@ -321,9 +349,11 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
         out["host_alone"] = host_alone(hosts[0], token, own["session_id"], policy, own["admissible_commands"], a.steps)
         for r in opened.json()["results"]:
             http.post(url + "/close", json={"session_id": r["session_id"]}, headers=headers)
-        out["service_batches"] = [service_batches(http, url, headers, policy, n_games, size,
-                                                  max(3, 2 * a.steps // size), hosts, processes)
-                                  for size in a.batches]
+        rounds = {size: max(3, 2 * a.steps // size) for size in a.batches}
+        out["in_process_batches"] = [in_process_batches(environment, policy, n_games, size, rounds[size])
+                                     for size in a.batches]
+        out["service_batches"] = [service_batches(http, url, headers, policy, n_games, size, rounds[size], hosts,
+                                                  processes) for size in a.batches]
         stepped = out["service_one_session"]["steps"] + sum(b["steps"] for b in out["service_batches"])
         out["registry_gets_per_1000_steps"] = round(
             1000 * (ray.get(registry.lookup_counts.remote())["get"] - looked_up) / stepped, 2)
@@ -334,15 +364,18 @@ def bench_env(name: str, a, cache: Path, port: int, registry) -> dict:
     out["ratios"] = {
         "one_session_vs_in_process": round(one["steps_per_s"] / ip["steps_per_s"], 3),
         "one_session_p50_overhead_ms": round(one["step_ms_p50"] - ip["step_ms_p50"], 2),
+        "query_form_p50_overhead_ms": round(out["service_one_session_query"]["step_ms_p50"] - ip["step_ms_p50"], 2),
         "of_which_serve_alone_p50_ms": out["serve_alone"]["step_ms_p50"],
         "of_which_host_call_p50_ms": round(out["host_alone"]["step_ms_p50"] - ip["step_ms_p50"], 2),
         "client_keep_alive_p50_overhead_ms": round(out["client_keep_alive"]["step_ms_p50"] - ip["step_ms_p50"], 2),
         "client_new_connections_p50_overhead_ms": round(
             out["client_new_connections"]["step_ms_p50"] - ip["step_ms_p50"], 2),
+        # per core: the hosts' CPU against the same sessions stepped here (one episode alone differs: another game)
         **{f"batch{b['sessions']}_per_host_cpu_vs_in_process":
-           round(b["steps_per_host_cpu_s"] / ip["steps_per_cpu_s"], 3) for b in out["service_batches"]},
-        **{f"batch{b['sessions']}_vs_in_process": round(b["steps_per_s"] / ip["steps_per_s"], 3)
-           for b in out["service_batches"]},
+           round(b["steps_per_host_cpu_s"] / ib["steps_per_cpu_s"], 3)
+           for b, ib in zip(out["service_batches"], out["in_process_batches"])},
+        **{f"batch{b['sessions']}_vs_in_process": round(b["steps_per_s"] / ib["steps_per_s"], 3)
+           for b, ib in zip(out["service_batches"], out["in_process_batches"])},
         "round_service_over_in_process": round(out["round_service"]["wall_s"] / out["round_in_process"]["wall_s"],
                                                2)}
     return out
@@ -358,8 +391,9 @@ def table(results: list[dict]) -> str:
         ip = r["in_process"]
         rows.append((r["env"], "in process", ip["steps_per_s"], ip["step_ms_p50"], ip["step_ms_p99"], "", "1"))
         rows.append(("", f"  CPU ms/step: {round(1000 / ip['steps_per_cpu_s'], 3)}", "", "", "", "", ""))
-        for what, key in [("service, 1 session (httpx)", "service_one_session"),
-                          ("  a2rl_client, kept connection", "client_keep_alive"),
+        for what, key in [("service, 1 session (httpx, JSON body)", "service_one_session"),
+                          ("  the same, fields in the query, no body", "service_one_session_query"),
+                          ("  a2rl_client, kept connection, query", "client_keep_alive"),
                           ("  a2rl_client, new connections", "client_new_connections")]:
             one = r[key]
             rows.append(("", what, one["steps_per_s"], one["step_ms_p50"], one["step_ms_p99"], one["step_ms_p50"],
@@ -370,7 +404,10 @@ def table(results: list[dict]) -> str:
         for what, key in [("  of which Serve alone (GET /health)", "serve_alone"),
                           ("  of which the host's actor call", "host_alone")]:
             rows.append(("", what, "", r[key]["step_ms_p50"], r[key]["step_ms_p99"], "", ""))
-        for b in r["service_batches"]:
+        for b, ib in zip(r["service_batches"], r["in_process_batches"]):
+            rows.append(("", f"in process, batch of {ib['sessions']} (step_many)", ib["steps_per_s"],
+                         ib["step_ms_p50"], ib["step_ms_p99"], ib["batch_ms_p50"], ""))
+            rows.append(("", f"  CPU ms/step: {round(1000 / ib['steps_per_cpu_s'], 3)}", "", "", "", "", ""))
             rows.append(("", f"service, batch of {b['sessions']}", b["steps_per_s"], b["step_ms_p50"],
                          b["step_ms_p99"], b["batch_ms_p50"], r["ratios"][f"batch{b['sessions']}_vs_in_process"]))
             rows.append(("", "  per host CPU second", b["steps_per_host_cpu_s"], "", "", "",

@@ -33,7 +33,9 @@ ROUTES = (
           'one>, "actions": [<optional commands replayed after the reset>]}',
           '{' + ", ".join(f'"{k}"' for k in RESET_KEYS) + '}', "opens a session (or resets one of yours)"),
     Route("POST", "/step", '{"session_id", "command"}', '{' + ", ".join(f'"{k}"' for k in STEP_KEYS) + '}',
-          "one command; a command the environment does not know is answered by it, never refused"),
+          "one command; a command the environment does not know is answered by it, never refused. The two fields "
+          "may instead come as query parameters with no body (`POST /env/step?session_id=...&command=...`, URL-"
+          "encoded): the same answer, a few ms sooner (the server has no body to fetch)"),
     Route("POST", "/step_batch", '{"steps": [{"session_id", "command"}, ...]}', '{"results": [...]}',
           "steps many sessions of your run in one request (the service steps them on all its hosts at once: one "
           "request per lockstep step of a batch of episodes is far faster than one per session); in order, each "

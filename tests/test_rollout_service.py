@@ -438,3 +438,35 @@ def test_the_agent_client_plays_batches_and_reopens_lost_sessions(service):
     assert [a["steps"] for a in again] == [0, 0, 0] and len({a["session_id"] for a in again}) == 3
     assert len(client.get("/sessions").json()["sessions"]) == 3  # within the limit: the lost ones were released
     service["handle"].close_run.remote(client.token).result()
+
+
+def test_a_step_in_the_query_is_the_step_in_the_body(service):
+    """POST /env/step?session_id=..&command=.. (no body: Serve's replica has none to fetch from its proxy) answers as
+    the JSON body does, refuses the same bad fields and tokens, and the agent client uses it for one session."""
+    from agents.builtin.a2rl_client import Env
+
+    client = Client(service)
+    by_body, by_query = client.reset(game=2), client.reset(game=2)
+    plan = walkthrough(service["task"], 2)
+    for cmd in plan[:3]:
+        a = client.step(by_body["session_id"], cmd)
+        r = httpx.post(client.url + "/step", params={"session_id": by_query["session_id"], "command": cmd},
+                       headers={"Authorization": f"Bearer {client.token}"}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert {**r.json(), "session_id": None} == {**a, "session_id": None}
+    headers = {"Authorization": f"Bearer {client.token}"}
+    for params, status, code in [({"session_id": by_query["session_id"]}, 422, "invalid_field"),
+                                 ({"session_id": by_query["session_id"], "command": "x" * 501}, 422, "invalid_field"),
+                                 ({"session_id": "9.nope", "command": "look"}, 404, "unknown_session")]:
+        r = httpx.post(client.url + "/step", params=params, headers=headers, timeout=60)
+        assert (r.status_code, r.json()["code"]) == (status, code), r.text
+    other = Client(service)  # another run's token cannot step this run's session through the query either
+    r = httpx.post(client.url + "/step", params={"session_id": by_query["session_id"], "command": "look"},
+                   headers={"Authorization": f"Bearer {other.token}"}, timeout=60)
+    assert r.status_code == 404 and r.json()["code"] == "unknown_session"
+    env = Env({"rollout_url": service["url"], "run_token": client.token})
+    (answer,) = env.steps([(by_query["session_id"], plan[3])])
+    assert answer["status"] == 200 and answer["steps"] == 4
+    assert client.get("/sessions").json()["sessions"] and client.step(by_body["session_id"], plan[3])["steps"] == 4
+    service["handle"].close_run.remote(client.token).result()
+    service["handle"].close_run.remote(other.token).result()
