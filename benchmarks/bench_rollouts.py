@@ -6,11 +6,12 @@ environment in this process against the service (HTTP, Serve router, host actors
 
 Per environment: one session stepped one request at a time (POST /env/step, a JSON body, and the same fields as query
 parameters with no body) against one episode in process (steps/s, p50/p99 a step, the p50 overhead; the same through
-the agent client with its kept connection and with a new connection a request; and the parts: Serve alone, GET /env/health, and the host's actor call alone); batches of 16 and 64
-sessions stepped with one POST /env/step_batch each (steps/s, p50/p99 of a batch and per step) against the same
-sessions (games, policy, seeds) stepped in process with Environment.step_many; and a GRPO-shaped
-round, `episodes` episodes in lockstep to completion (done, or `horizon` steps) with a scripted policy, through the
-agent client (a2rl_client.Env: one reset batch, one step batch per lockstep step) against the same round in process.
+the agent client with its kept connection and with a new connection a request; and the parts: Serve alone, GET
+/env/health, and the host's actor call alone); batches of 16 and 64 sessions stepped with one POST /env/step_batch
+each (steps/s, p50/p99 of a batch and per step) against the same sessions (games, policy, seeds) stepped in process
+with Environment.step_many; and a GRPO-shaped round, `episodes` episodes in lockstep to completion (done, or
+`horizon` steps) with a scripted policy, through the agent client (a2rl_client.Env: one reset batch, one step batch
+per lockstep step) against the same round in process (step_many too).
 Also counts the run registry's lookups: routers check tokens against their snapshot of open runs, not the registry.
 
 Starts its own Ray on 127.0.0.1 and Serve on a free loopback port; tasks are built (or found) under $A2RL_CACHE_DIR
