@@ -638,8 +638,8 @@ def deploy(spec: TaskSpec, cache_dir: str, scope: str = "") -> str:
             hosts.append(handle)
             host_names.append(host_name)
         ray.get([h.__ray_ready__.remote() for h in hosts])
-        # No access log: it is a line a request, so an agent stepping one session for 12 hours writes ~65 MB of
-        # nothing but steps (its latency cost was within the noise: benchmarks/bench_rollouts.py)
+        # No access log: it is a line a request, so an agent stepping one session 10 times a second writes ~65 MB of
+        # nothing but steps in 12 hours (its latency cost was within the noise: benchmarks/bench_rollouts.py)
         deployment = RolloutService.options(name=app_name(spec.name, scope), num_replicas=spec.rollout.num_replicas,
                                             ray_actor_options={"num_cpus": spec.rollout.router_cpus,
                                                                "runtime_env": {"env_vars": env_vars}},
