@@ -402,7 +402,7 @@ class RolloutService:
         token = await self._run(request)
         # Both fields as query parameters and no body: Serve's replica fetches a body from its proxy with one more
         # actor call (~2.5 ms a request on 2 cores, benchmarks/bench_rollouts.py); the query comes with the request
-        body = dict(request.query_params) if request.query_params else await json_body(request)
+        body = dict(request.query_params) if "session_id" in request.query_params else await json_body(request)
         session_id, command = _field(body, "session_id", str), _command(body)
         (answer,) = await self._on_hosts("step", token, [(session_id, command)])
         if isinstance(answer, Refusal):
