@@ -401,7 +401,7 @@ class RolloutService:
     async def step(self, request: Request):
         token = await self._run(request)
         # Both fields as query parameters and no body: Serve's replica fetches a body from its proxy with one more
-        # actor call (~2.5 ms a request on 2 cores, benchmarks/bench_rollouts.py); the query comes with the request
+        # actor call (1-2.5 ms a request on 2 cores: docs/rollouts.md); the query comes with the request itself
         body = dict(request.query_params) if "session_id" in request.query_params else await json_body(request)
         session_id, command = _field(body, "session_id", str), _command(body)
         (answer,) = await self._on_hosts("step", token, [(session_id, command)])
@@ -639,7 +639,7 @@ def deploy(spec: TaskSpec, cache_dir: str, scope: str = "") -> str:
             host_names.append(host_name)
         ray.get([h.__ray_ready__.remote() for h in hosts])
         # No access log: it is a line a request, so an agent stepping one session 10 times a second writes ~65 MB of
-        # nothing but steps in 12 hours (its latency cost was within the noise: benchmarks/bench_rollouts.py)
+        # nothing but steps in 12 hours (its latency cost, measured with and without, was within the noise)
         deployment = RolloutService.options(name=app_name(spec.name, scope), num_replicas=spec.rollout.num_replicas,
                                             ray_actor_options={"num_cpus": spec.rollout.router_cpus,
                                                                "runtime_env": {"env_vars": env_vars}},
