@@ -184,8 +184,12 @@ def client_steps(url: str, token: str, policy: Scripted, steps: int, keep_alive:
     keep = a2rl_client.KeepAlive(url, token)
 
     def post(path: str, body: dict) -> dict:
-        code, answer = (keep(path, query=body) if path == "/step" else keep(path, body)) if keep_alive else \
-            a2rl_client.http(url + path, token, body)
+        if not keep_alive:
+            code, answer = a2rl_client.http(url + path, token, body)
+        elif path == "/step":
+            code, answer = keep(path, query=body)
+        else:
+            code, answer = keep(path, body)
         assert code == 200, (code, answer)
         return answer
 

@@ -182,16 +182,21 @@ class Env:
         self.max_sessions = int(max_sessions or info["max_sessions"])
         self.free: list[str] = []
 
-    def _batch(self, path: str, key: str, entries: list[dict]) -> list[dict]:
-        """POST a batch; per entry its answer ("status": 200) or its refusal ({"status", "code", "error"})."""
+    def _post(self, path: str, body: dict | None = None, query: dict | None = None) -> tuple[int, dict]:
+        """POST, sent again (at most 5 times in all) while there is no connection or the service is restarting."""
         for attempt in range(5):
-            code, answer = self.http(path, {key: entries})
-            if code == 200:
-                return answer["results"]
+            code, answer = self.http(path, body, query)
             if code not in self.RETRY or attempt == 4:
-                raise RuntimeError(f"POST {path} ({len(entries)} entries): {code} {answer}")
+                return code, answer
             time.sleep(0.5 * (attempt + 1))
         raise AssertionError("unreachable")
+
+    def _batch(self, path: str, key: str, entries: list[dict]) -> list[dict]:
+        """POST a batch; per entry its answer ("status": 200) or its refusal ({"status", "code", "error"})."""
+        code, answer = self._post(path, {key: entries})
+        if code != 200:
+            raise RuntimeError(f"POST {path} ({len(entries)} entries): {code} {answer}")
+        return answer["results"]
 
     def starts(self, starts: list[tuple[str, list[str]]]) -> list[dict]:
         """Reset one session per (game, actions replayed after the reset), all in one request."""
@@ -243,16 +248,10 @@ class Env:
 
     def _one_step(self, session_id: str, command: str) -> dict:
         """One session's step, answered as an entry of a step batch."""
-        for attempt in range(5):
-            code, answer = self.http("/step", query={"session_id": session_id, "command": command})
-            if code == 200:
-                return {**answer, "status": 200}
-            if code not in self.RETRY:
-                return {"session_id": session_id, "status": code, **answer}
-            if attempt == 4:
-                raise RuntimeError(f"POST /step {session_id}: {code} {answer}")
-            time.sleep(0.5 * (attempt + 1))
-        raise AssertionError("unreachable")
+        code, answer = self._post("/step", query={"session_id": session_id, "command": command})
+        if code in self.RETRY:
+            raise RuntimeError(f"POST /step {session_id}: {code} {answer}")
+        return {**answer, "status": 200} if code == 200 else {"session_id": session_id, "status": code, **answer}
 
     def release(self, session_ids: list[str]) -> None:
         self.free += session_ids
