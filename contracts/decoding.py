@@ -6,8 +6,9 @@ original benchmark's ALFWorld and DeepSearchQA graders do). Decoding is always g
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
 
 Prompt = Union[list[dict], str]
 
@@ -19,6 +20,10 @@ class Decoding:
     repetition_penalty: float | None = None  # None: the model's generation_config.json value (a2rl's own
                                              # protocol); the original benchmark decodes with 1.0 everywhere
     chat_template: bool = True               # False: prompts are raw text, no chat template
+    # raw text only: fit(prompt, tokenizer) -> the text decoded from, given the submitted model's tokenizer (the
+    # original's ALFWorld grader cuts a prompt too long for its context: envs.alfworld.paper_prompt.fit); None: the
+    # prompt as it is. Every backend applies it before it tokenises the prompt.
+    fit: Callable[[str, Any], str] | None = None
 
     def __post_init__(self):
         if int(self.max_new_tokens) < 1:
@@ -27,6 +32,8 @@ class Decoding:
             raise ValueError(f"stop strings must be non-empty strings, got {self.stop!r}")
         if self.repetition_penalty is not None and self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty={self.repetition_penalty} must be positive (1.0: none)")
+        if self.fit is not None and self.chat_template:
+            raise ValueError("fit cuts raw text prompts: it needs chat_template=False")
 
     def describe(self) -> str:
         """How the grader decodes, for a task's instructions: "decodes greedily, at most 64 new tokens, ..." """

@@ -7,7 +7,8 @@ a Refusal (contracts.refusals), which the services answer as is.
 It survives its own death: every change is appended to a journal file before the caller hears of it, Ray restarts
 the actor (max_restarts) and retries the calls that were in flight (max_task_retries), and the restarted actor
 replays the journal. A retried call must not count twice, so every change is idempotent: a submission is reserved
-under the caller's request id, finished or cancelled by its submission id, a session claimed by its session id.
+under the caller's request id, finished or cancelled by its submission id, a session claimed by its session id, a
+paper run's entry added by its submission id and an answer kept under its cache key.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from contracts.refusals import Refusal
 
 REGISTRY_NAME = "a2rl-run-registry"
 NAMESPACE = "a2rl"  # explicit: Serve replicas live in their own namespace
+APIS = ("a2rl", "paper")  # the shapes a run's grading answers take (RunRegistration.api)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +40,16 @@ class RunRegistration:
     max_submissions: int
     driver_key: str | None = None   # the cell's key on the driver proxy (/status shows its use); None: no driver
     given: dict[str, str] | None = None  # {path: sha256} of what a2rl wrote in the workspace before the agent started
+    # "a2rl": the grader answers in a2rl's shape; "paper": in the original benchmark's (RD-Agent's autorl_bench
+    # core/server.py: its /submit body and answer keys, its cache of an unchanged resubmission, /time, /health)
+    api: str = "a2rl"
+    gpus: tuple[str, ...] = ()      # the cell's CUDA_VISIBLE_DEVICES entries (the paper API's available_gpus)
+    budget_started_at: float | None = None  # the paper API's start_time (its /time, run_meta.json); None: started_at
+    timeout_s: int | None = None    # the paper API's timeout_s (its /time, run_meta.json)
+
+    def __post_init__(self):
+        if self.api not in APIS:  # a misspelt api would be answered in a2rl's shape without a word
+            raise ValueError(f"api={self.api!r} is not a grading API; use one of {APIS}")
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,8 @@ class Run(RunRegistration):
     best: float | None
     scores: list[float]
     final: FinalCandidate | None
+    last_submit_time: int | None = None  # int(time.time()) when its last graded submission was recorded
+    entries: list[dict] = dataclasses.field(default_factory=list)  # a paper run's: the original's scores.json list
 
     @property
     def counted(self) -> int:
@@ -108,8 +122,10 @@ class RunRegistry:
         self._change("register", token, dataclasses.asdict(run))
 
     def _register(self, token: str, run: dict) -> None:  # (a journal line holds the registration as a dict)
-        self.runs[token] = {**run, "closed": False, "used": 0, "refunded": 0, "inflight": {}, "requests": {},
-                            "best": None, "scores": [], "sessions": set(), "final": None}
+        self.runs[token] = {**run, "gpus": tuple(run.get("gpus", ())),  # (a journal line holds a list)
+                            "closed": False, "used": 0, "refunded": 0, "inflight": {}, "requests": {},
+                            "best": None, "scores": [], "sessions": set(), "final": None, "last_submit_time": None,
+                            "entries": [], "answers": {}}
 
     def get(self, token: str) -> Run | None:
         self.lookups["get"] += 1
@@ -152,24 +168,57 @@ class RunRegistry:
         return run["used"]
 
     def finish(self, token: str, submission_id: int | None = None, score: float | None = None,
-               refund: bool = False) -> tuple[float | None, bool]:
+               refund: bool = False, graded: bool = True) -> tuple[float | None, bool]:
         """Record a finished evaluation; returns the run's best score so far and whether the submission was still
         in flight (False: it was already finished, or given up when its cell closed: its record is written). refund:
         it failed for a reason that is not the agent's (its judge was down, the grader died): it does not count
-        against the budget (its id is not reused)."""
+        against the budget (its id is not reused). graded: the agent is answered with its result (not an
+        infrastructure error), which is the run's last_submit_time then."""
         run = self.runs[token]
         if submission_id not in run["inflight"]:
             return run["best"], False
-        return self._change("finish", token, submission_id, score, refund), True
+        at = int(time.time()) if graded else None
+        return self._change("finish", token, submission_id, score, refund, at), True
 
-    def _finish(self, token: str, submission_id: int, score: float | None, refund: bool) -> float | None:
+    def _finish(self, token: str, submission_id: int, score: float | None, refund: bool,
+                at: int | None = None) -> float | None:
         run = self.runs[token]
         run["inflight"].pop(submission_id, None)
         run["refunded"] += int(refund)
         if score is not None:
             run["scores"].append(score)
             run["best"] = score if run["best"] is None else max(run["best"], score)
+        if at is not None:
+            run["last_submit_time"] = at
         return run["best"]
+
+    # -- a paper run's books in the original's shape (evaluators/grader.py answers with them) -------------------
+    def add_entry(self, token: str, entry: dict) -> tuple[dict, int]:
+        """Add a graded submission's entry (the original's scores.json item) to the run's list, once per submission
+        id (a retried call adds nothing); returns the best entry (the original's max(): the first highest score)
+        and how many entries there are."""
+        run = self.runs[token]
+        if all(e["submission_id"] != entry["submission_id"] for e in run["entries"]):
+            self._change("add_entry", token, entry)
+        return max(run["entries"], key=lambda e: e.get("score", 0)), len(run["entries"])
+
+    def _add_entry(self, token: str, entry: dict) -> None:
+        entries = self.runs[token]["entries"]
+        entries.append(entry)
+        entries.sort(key=lambda e: e["submission_id"])  # concurrent evaluations may finish out of order
+
+    def cached_answer(self, token: str, key: str) -> dict | None:
+        """The answer given to a submission whose folder had this cache key (the original's _make_cache_key)."""
+        run = self.runs.get(token)
+        return None if run is None else run["answers"].get(key)
+
+    def cache_answer(self, token: str, key: str, answer: dict) -> None:
+        """Keep a successful evaluation's answer for an unchanged resubmission (kept across a grader's restart)."""
+        if token in self.runs and self.runs[token]["answers"].get(key) != answer:
+            self._change("cache_answer", token, key, answer)
+
+    def _cache_answer(self, token: str, key: str, answer: dict) -> None:
+        self.runs[token]["answers"][key] = answer
 
     def extend(self, token: str, deadline: float) -> None:
         """Move the run's deadline (working time: its waits on the driver's rate limits do not count)."""
@@ -324,7 +373,7 @@ def view(run: dict) -> Run:
     """A run as its callers see it: `inflight` is how many evaluations are running."""
     fields = {f.name for f in dataclasses.fields(Run)}
     out = {k: v for k, v in run.items() if k in fields}
-    out.update(inflight=len(run["inflight"]), scores=list(run["scores"]),
+    out.update(inflight=len(run["inflight"]), scores=list(run["scores"]), entries=list(run["entries"]),
                final=None if run["final"] is None else FinalCandidate(**run["final"]))
     return Run(**out)
 

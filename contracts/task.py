@@ -30,6 +30,11 @@ class Task:
     # benchmark grades it (prompt, decoding, reply handling, scoring, metric), for tasks that have one.
     protocols: tuple[str, ...] = ("a2rl",)
     eval_salt: str | None = None  # the config's fixed salt, where the task takes one (null: the secret)
+    # The original benchmark's agent side (issue 34): its benchmark id in RD-Agent's AutoRL-Bench (rdagent 1.0.0's
+    # benchmarks registry; None: the task has no original agent side) and that registry's `expose_files` for it,
+    # the files of the benchmark's folder a paper cell's workspace links beside description.md and instructions.md.
+    original_benchmark: str | None = None
+    original_exposed: tuple[str, ...] = ()
 
     def __init__(self, spec: TaskSpec):
         self.spec = spec
@@ -196,6 +201,16 @@ For each eval {self.item} the grader {asks}.{needs}
         """(id, text) of hidden rows, looked for in what agents write (evaluators.contamination): their prompts.
         An interactive task's rows are instances of its environment, not texts: none."""
         return [(row["id"], row["prompt"]) for row in rows if row.get("prompt")]
+
+    def original_data(self, target: Path) -> None:
+        """Write `target` (a new or empty folder) as the original benchmark's data.py `download_train_data(target)`
+        writes it, from the rows this task loads: a paper cell's workspace `data` links to it. The orchestrator
+        builds it once per task config, so it may take seconds; nothing is downloaded that the task does not load
+        anyway."""
+        raise ConfigError(f"task {self.name} ({self.spec.cls}) has no original benchmark's data folder: the paper's "
+                          f"agent side exists only for the tasks of RD-Agent's AutoRL-Bench (gsm8k, humaneval, "
+                          f"alpacaeval, alfworld, webshop, deepsearchqa); run this task's cells with a2rl's own agent "
+                          f"side")
 
     def missing_data(self) -> list[str]:
         """What this task needs that is not on this machine (data files, a dataset not in the local cache), one
@@ -371,6 +386,15 @@ played in lockstep, in batches, at most {self.environment().max_steps} actions e
                          "messages": messages, "game": d.instance, "task": d.goal, **d.info, "step": d.index,
                          "episode": d.episode, "expert": d.expert})
         return rows
+
+
+def write_original_jsonl(path: Path, items: Iterable[dict]) -> None:
+    """One JSON object a line as the original benchmark's data.py files write train.jsonl: `json.dumps(item,
+    ensure_ascii=False)`, UTF-8, a newline after each."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="\n") as f:
+        for item in items:
+            f.write(json.dumps(item, ensure_ascii=False) + "\n")
 
 
 FINAL_SEED = 0  # draws the held-out final split out of a fixed eval set (split_off_final): the same on every machine

@@ -12,9 +12,10 @@ from contracts.records import write_json_durably
 from contracts.specs import task_identity
 
 # Bump when what a score means changes (scale, scoring rule), so no stale cached score is served.
-SCORING_VERSION = 5  # 2: scores are percentages; 3: generated eval splits are salted with a secret; 4: decoding
+SCORING_VERSION = 6  # 2: scores are percentages; 3: generated eval splits are salted with a secret; 4: decoding
 # by the task's protocol (the transformers backend applies the model's repetition penalty under a2rl's, as vLLM did);
-# 5: a generated hidden split leaves out the questions its instructions show (arithmetic's examples)
+# 5: a generated hidden split leaves out the questions its instructions show (arithmetic's examples); 6: ALFWorld's
+# paper protocol cuts a prompt too long for 4,096 tokens, as rdagent 1.0.0 does
 
 
 def split_key(task_cfg: dict) -> str:

@@ -210,3 +210,67 @@ def _copy_file(src_fd: int, size: int, dest: Path) -> None:
         os.ftruncate(out, size)
     finally:
         os.close(out)
+
+
+# The files whose newest mtime the original's cache key takes (RD-Agent autorl_bench core/server.py _make_cache_key)
+CACHE_KEY_SUFFIXES = (".safetensors", ".bin", ".json")
+
+
+def cache_key(workspace: Path, model_dir: Path, max_entries: int) -> str | None:
+    """The original benchmark's cache key of a submitted folder `model_dir` (resolved, inside `workspace`): its path
+    and the newest mtime among the .safetensors, .bin and .json files under it (a folder overwritten gets a new
+    key). Read as private_copy reads: folders opened confined to the workspace, a link followed only inside it (one
+    leading out is left out, as the copy refuses it), nothing opened for reading (a FIFO is stat'ed, never waited
+    on), links to folders not descended into (as pathlib's rglob). None (no cache) past `max_entries` entries (the
+    copy refuses those) or when the folder is gone."""
+    workspace = workspace.resolve()
+    top = os.path.relpath(model_dir, workspace)
+    ws_fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    newest, seen, pending = 0.0, 0, [top]
+    try:
+        while pending:  # a stack of folders, not recursion: the tree's depth is the agent's
+            folder = pending.pop()
+            try:
+                fd = open_beneath(ws_fd, folder, OPEN_FLAGS | os.O_DIRECTORY)
+            except OSError:
+                if folder == top:
+                    return None
+                continue  # swapped or removed since it was listed
+            try:
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        seen += 1
+                        if seen > max_entries:
+                            return None
+                        mtime = _mtime(ws_fd, f"{folder}/{entry.name}", entry, pending)
+                        if mtime is not None:
+                            newest = max(newest, mtime)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(ws_fd)
+    return f"{model_dir}@{newest}"
+
+
+def _mtime(ws_fd: int, rel: str, entry: os.DirEntry, pending: list[str]) -> float | None:
+    """The entry's mtime when it is a key file (a link: what it leads to inside the workspace); a folder is put on
+    `pending` instead."""
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        return None  # deleted while listed
+    if stat.S_ISDIR(st.st_mode):
+        pending.append(rel)
+        return None
+    if Path(entry.name).suffix not in CACHE_KEY_SUFFIXES:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            fd = open_beneath(ws_fd, rel, os.O_PATH)  # (O_PATH: nothing is opened for reading)
+        except OSError:
+            return None  # leads out, dangles, or loops
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+    return st.st_mtime if stat.S_ISREG(st.st_mode) else None

@@ -26,6 +26,7 @@ from agents.kinds import AgentKind, agent_kind
 from contracts.infra import InfraError, is_infrastructure
 from contracts import registry
 from contracts.layout import Layout
+from contracts.original import original_root
 from contracts.outcomes import Limit, Status
 from contracts.records import (
     ATTEMPT,
@@ -54,6 +55,8 @@ from orchestrator.records import (
     submission_event,
     trace_event,
 )
+from orchestrator.grading_relay import GradingRelay, peer_uids
+from orchestrator.original_workspace import home_for, materialise_original, original_data, original_env, paper_side
 from orchestrator.workspace import agent_env, given_digests, materialise, task_material
 
 POLL_S = 0.2
@@ -80,6 +83,12 @@ def sandbox_paths(layout: Layout, task: TaskSpec) -> tuple[list[Path], list[Path
         hidden.append(Path(os.environ["RAY_AUTH_TOKEN_PATH"]))
     readonly = [*sandbox.python_paths(), layout.models_cache]
     return hidden, readonly
+
+
+def linked_from(folder: Path) -> list[Path]:
+    """What the links directly inside a folder point to (a paper cell's data/: ALFWorld's train games), for the
+    sandbox to show read-only."""
+    return [(folder / name).resolve() for name in os.listdir(folder) if (folder / name).is_symlink()]
 
 
 def reachable(opts: CellOptions) -> list[tuple[str, int]]:
@@ -196,6 +205,7 @@ class RunningAgent:
     spawn: Callable[[list[str], dict], sandbox.AgentProcess]   # (re)starts it in its sandbox
     judge_agreement: dict | None = None  # the task's LLM judge asked twice on a sample: how often it agreed
     budget_deadline: float = 0.0    # the deadline the wall-time budget set (deadline moves with working time)
+    relay: Any = None               # a paper cell's grading relay (orchestrator/grading_relay.py)
 
     def __post_init__(self) -> None:
         self.budget_deadline = self.budget_deadline or self.deadline
@@ -243,16 +253,30 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
     workspace = layout.workspace(cell.cell_id, attempt.number)
     spec = cell.task
     argv, code_files = kind.command(cell.agent, prompt_file(spec))
-    run_info = {"grading_url": f"{opts.grading_url}/{cell.task_name}", "run_token": token,
-                **({"rollout_url": f"{opts.grading_url}/{cell.task_name}/env"} if is_interactive(spec) else {}),
-                "started_at": attempt.started, "deadline": deadline}
-    materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info,
-                code_files=code_files)
-
-    env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
+    forward, home, relay, original_dir = reachable(opts), None, None, None
+    if paper_side(cell):  # the original's workspace, environment, launch and token-less grading API
+        original_dir = original_root(layout.cache_dir)
+        data_dir = original_data(spec, layout.cache_dir)
+        materialise_original(workspace, cell, data_dir=data_dir, base_model_dir=base_model, original_dir=original_dir,
+                             started=deadline - cell.budget.wall_time_s, code_files=code_files)
+        relay = GradingRelay(f"{opts.grading_url}/{cell.task_name}", token,
+                             allowed_uids=peer_uids(settings.network, sandbox.agent_ids(cell.cell_id, settings)))
+        port = relay.start()
+        forward = sorted({*forward, ("127.0.0.1", port)})
+        env = original_env(workspace, cell, f"http://127.0.0.1:{port}", cell.budget.cpus)
+        home = home_for(workspace)
+        readonly += [original_dir, data_dir, *linked_from(data_dir)]
+    else:
+        run_info = {"grading_url": f"{opts.grading_url}/{cell.task_name}", "run_token": token,
+                    **({"rollout_url": f"{opts.grading_url}/{cell.task_name}/env"} if is_interactive(spec) else {}),
+                    "started_at": attempt.started, "deadline": deadline}
+        materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info,
+                    code_files=code_files)
+        env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
     if session is not None:  # the per-cell driver key (the real one stays in the proxy); a CLI's command line
         assert opts.driver_url is not None  # a cell with a driver runs in a sweep with the driver proxy
-        argv = session.start(workspace, env, opts.driver_url, attempt.dir / DRIVER_CALLS, argv, opts.scope)
+        argv = session.start(workspace, env, opts.driver_url, attempt.dir / DRIVER_CALLS, argv, opts.scope,
+                             original_dir)
         readonly += session.readonly_paths(hidden)
     try:
         registered = answer(grader.register_run.remote(token, RunRegistration(
@@ -261,21 +285,28 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
             max_submissions=cell.budget.max_submissions,
             # what a2rl wrote, as it was before the agent started: given text, never evidence of contamination
             given=given_digests(workspace),
-            driver_key=session.key if session is not None else None)),  # /status shows its tokens
+            driver_key=session.key if session is not None else None,  # /status shows its tokens
+            # the original's API and answers for a paper cell (through its relay), with what /time and /health say
+            api="paper" if relay is not None else "a2rl", budget_started_at=deadline - cell.budget.wall_time_s,
+            timeout_s=int(cell.budget.wall_time_s),
+            gpus=tuple(g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()))),
             opts.eval_timeout_s + opts.service_timeout_s, f"the grader of {cell.task_name} (registering the run)")
 
         def spawn(argv: list[str], env: dict) -> sandbox.AgentProcess:
             return sandbox.start(argv, workspace, env, attempt.dir / "agent.stdout", attempt.dir / "agent.stderr",
                                  sandboxed=opts.sandboxed, hidden=hidden, readonly=readonly, settings=settings,
-                                 cell_id=cell.cell_id, forward=reachable(opts),
-                                 memory_bytes=settings.memory_bytes(cell.budget), network_log=attempt.dir / NETWORK)
+                                 cell_id=cell.cell_id, forward=forward,
+                                 memory_bytes=settings.memory_bytes(cell.budget), network_log=attempt.dir / NETWORK,
+                                 home=home)
         process = spawn(argv, env)
     except BaseException:
         if session is not None:
             session.close()
+        if relay is not None:
+            relay.close()
         raise
     return RunningAgent(workspace, token, deadline, registered["baseline_score"], is_interactive(spec), process,
-                        time.time(), grader, argv, env, spawn, registered.get("judge_agreement"))
+                        time.time(), grader, argv, env, spawn, registered.get("judge_agreement"), relay=relay)
 
 
 def restart(attempt: Attempt, agent: RunningAgent, records: Records, opts: CellOptions) -> None:
@@ -332,6 +363,8 @@ def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, op
     agent.process.kill_group(opts.kill_grace_s)  # also when the agent exited: its children may live on
     left: dict = {"resource_limit": agent.process.limit_hit(final=True)}  # e.g. the kernel's OOM kill ended it
     agent.process.close()
+    if agent.relay is not None:
+        agent.relay.close()
     if session is not None:
         try:  # the key stops working; calls still in flight land in the records first
             session.close()

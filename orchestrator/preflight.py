@@ -58,6 +58,14 @@ def missing(cells: list[CellSpec], cache_dir: Path, cli_path: list[str]) -> list
             except CliUnavailable as e:
                 out.append(f"agent CLI: {e}")
 
+    from contracts import original
+    from orchestrator.original_workspace import paper_side
+
+    n_paper = sum(paper_side(c) for c in cells)
+    if n_paper and not (original.wheel_store() / original.WHEEL).is_file():
+        out.append(f"the released original ({original.RELEASE}: the start.sh and texts of {n_paper} paper cells' "
+                   f"agents) is not in {original.wheel_store()}: it is fetched once at the first such cell "
+                   "(`python -m contracts.original` fetches it now)")
     for task in tasks:
         try:
             out += load_task(task, cache_dir).missing_data()
@@ -111,6 +119,33 @@ def check_tasks(cells: list[CellSpec]) -> None:
             load_task(task)
         except (ValueError, TypeError) as e:  # a ConfigError already, or a constructor's check of its knobs
             raise ConfigError(str(e)) from None
+
+
+def check_paper_cells(cells: list[CellSpec], sandbox_cfg: dict) -> None:
+    """A paper cell's CLI runs the original's start.sh (its prompt and flags), and reaches its grader through a relay
+    that adds the run's token: what cannot hold is one line now."""
+    from orchestrator.original_workspace import model_name, paper_side
+    from orchestrator.sandbox import Settings, agent_ids
+
+    for c in cells:
+        if not paper_side(c):
+            continue
+        model_name(c)
+        ignored = sorted(k for k in ("preamble", "extra_args") if (c.agent.args or {}).get(k))
+        if ignored:
+            raise ConfigError(f"agent {c.agent.name} on task {c.task_name} (protocol paper) launches as the original "
+                              f"does, which has no {' or '.join(ignored)}: drop agent.args.{ignored[0]}, or run the "
+                              f"task with task.protocol=a2rl")
+        if c.mode and (c.mode.get("instructions") or "").strip():
+            raise ConfigError(f"mode {c.mode_name} tells agents its rules in their instructions, and the original's "
+                              f"prompt (agent {c.agent.name}, task {c.task_name}, protocol paper) has no place for "
+                              "them: compare training routes with task.protocol=a2rl, or use mode=free")
+        settings = Settings.from_cfg(sandbox_cfg)
+        if settings.network == "host" and agent_ids(c.cell_id, settings) is None:
+            raise ConfigError(f"agent {c.agent.name} on task {c.task_name} (protocol paper) would reach its grader "
+                              "through a relay on this machine's loopback that, with sandbox.network=host and no uid "
+                              "of its own per agent (a2rl not run as root), other cells could use too: run a2rl as "
+                              "root, or use sandbox.network=isolated")
 
 
 def check_writable(folders: dict[str, Path]) -> None:

@@ -16,7 +16,8 @@ from contracts.specs import CellOptions, CellSpec, to_plain
 from orchestrator import sandbox
 from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
 from orchestrator.preflight import (EMULATED_GPU, check_agents_python, check_nodes_share, check_reservations,
-                                     check_tasks, check_writable, driver_keys, resources_of)
+                                     check_paper_cells, check_tasks, check_writable, driver_keys,
+                                     resources_of)
 from orchestrator.records import reconcile
 from orchestrator.sweep import check_cluster, expand
 
@@ -139,6 +140,7 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
     check_cluster(cfg)
     cells = expand(cfg)
     check_tasks(cells)
+    check_paper_cells(cells, to_plain(cfg.sandbox))
     layout = Layout.make(cfg.output_dir, cfg.cache_dir, cfg.cluster.get("workspace_root"))
     emulated = bool(cfg.cluster.emulated_gpus)
     if cfg.dry_run:  # read-only: a dry run never creates or changes a ledger

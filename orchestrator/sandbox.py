@@ -337,9 +337,10 @@ _ENTER_CGROUP = 'for f in $A2RL_CGROUP_PROCS; do echo $$ > "$f" || exit 125; don
 def start(argv: list[str], workspace: Path, env: dict, stdout: Path, stderr: Path, *, sandboxed: bool,
           hidden: list[Path] = (), readonly: list[Path] = (), settings: Settings = Settings(), cell_id: str = "0000",
           forward: list[tuple[str, int]] = (), memory_bytes: int | None = None,
-          network_log: Path | None = None) -> AgentProcess:
+          network_log: Path | None = None, home: Path | None = None) -> AgentProcess:
     """Start the agent. forward: the (host, port) addresses it may reach in the isolated network mode; network_log:
-    where the isolated mode's HTTP proxy records each request, allowed or refused (orchestrator/netrelay.py)."""
+    where the isolated mode's HTTP proxy records each request, allowed or refused (orchestrator/netrelay.py); home:
+    a folder outside the workspace the agent may also write (a paper cell's HOME), at the same path."""
     env = dict(env)
     relay = state = cgroup = None
     if sandboxed:
@@ -368,10 +369,14 @@ def start(argv: list[str], workspace: Path, env: dict, stdout: Path, stderr: Pat
         else:  # host network: name resolution may live under /run (systemd-resolved)
             readonly = [*readonly, Path("/run/systemd/resolve")]
         inner += ["--", *argv]
+        if home is not None:
+            binds.append((home, home))
         if ids is not None:
             uid, gid = ids
             files += account_files(state, uid, gid)
             chown_tree(workspace, uid, gid)
+            if home is not None:
+                chown_tree(home, uid, gid)
             inner = [*setpriv_argv(uid, gid), *inner]
         argv = bwrap_argv(workspace, [*hidden, *system_hidden()], list(readonly), as_root=ids is not None,
                           network=settings.network, devices=gpu_devices(env.get("CUDA_VISIBLE_DEVICES")),

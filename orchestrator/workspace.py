@@ -67,13 +67,17 @@ def instructions(cell: CellSpec, task_text: str) -> str:
     return f"# Task: {cell.task_name}\n\n{task_text.strip()}\n{mode}{api}"
 
 
+def material_key(task: TaskSpec) -> str:
+    """What a task's cached material is keyed by: its config's identity."""
+    return hashlib.sha256(json.dumps(task.identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
 def task_material(task: TaskSpec, cache_dir: Path) -> Path:
     """The task's visible material (instructions.md, train.jsonl), built once per task config and cached.
 
     The orchestrator builds it before the trials start, so a cell only copies files (generating a train split
     can take seconds and import heavy packages)."""
-    key = hashlib.sha256(json.dumps(task.identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    folder = cache_dir / "tasks" / f"{task.name}-{key}"
+    folder = cache_dir / "tasks" / f"{task.name}-{material_key(task)}"
     if (folder / "train.jsonl").exists():
         return folder
     from contracts.task import build_task
@@ -142,10 +146,9 @@ def given_digests(workspace: Path) -> dict[str, str]:
     return out
 
 
-def agent_env(workspace: Path, run: dict, cpus: float, inherit: Mapping[str, str] | None = None) -> dict:
+def base_env(home: Path, cpus: float, inherit: Mapping[str, str] | None = None) -> dict:
     """A clean environment: nothing of the orchestrator's leaks in (no keys, no Ray or W&B variables)."""
     inherit = inherit if inherit is not None else os.environ
-    home = workspace / ".home"
     home.mkdir(exist_ok=True)
     threads = str(max(1, int(cpus)))
     env = {
@@ -162,6 +165,16 @@ def agent_env(workspace: Path, run: dict, cpus: float, inherit: Mapping[str, str
         "HF_HOME": str(home / "hf"),
         "HF_HUB_OFFLINE": inherit.get("HF_HUB_OFFLINE", "0"),
         "WANDB_MODE": "disabled",
+    }
+    if "CUDA_VISIBLE_DEVICES" in inherit:  # set by Ray for the trial's GPU reservation
+        env["CUDA_VISIBLE_DEVICES"] = inherit["CUDA_VISIBLE_DEVICES"]
+    return env
+
+
+def agent_env(workspace: Path, run: dict, cpus: float, inherit: Mapping[str, str] | None = None) -> dict:
+    """a2rl's agent side: the clean environment, its HOME in the workspace, the run's endpoints and token."""
+    env = base_env(workspace / ".home", cpus, inherit)
+    env.update({
         "TASK": run["task"],
         "WORKSPACE": str(workspace),
         "BASE_MODEL": str(workspace / run["model_path"]),
@@ -172,9 +185,7 @@ def agent_env(workspace: Path, run: dict, cpus: float, inherit: Mapping[str, str
         "A2RL_RUN_TOKEN": run["run_token"],
         "A2RL_CELL_ID": run["cell_id"],
         "A2RL_DEADLINE": str(run["deadline"]),
-    }
+    })
     if run.get("rollout_url"):  # level 3: the rollout service
         env["A2RL_ROLLOUT_URL"] = run["rollout_url"]
-    if "CUDA_VISIBLE_DEVICES" in inherit:  # set by Ray for the trial's GPU reservation
-        env["CUDA_VISIBLE_DEVICES"] = inherit["CUDA_VISIBLE_DEVICES"]
     return env

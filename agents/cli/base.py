@@ -100,6 +100,8 @@ class CliAdapter:
     providers: tuple[str, ...] = ()   # driver providers whose wire protocol the CLI speaks
     on_path: bool = True        # its folder goes first on the agent's PATH (an npm CLI's siblings)
     args: tuple[str, ...] = ()  # its own agent.args knobs, besides COMMON_ARGS
+    original: str | None = None  # the released original's agents/<name>/ whose start.sh a paper cell runs
+    original_not_held: tuple[str, ...] = ()  # what of that start.sh cannot hold in a2rl's cells, in words
 
     def install_command(self, version: str | None) -> str:
         return f"npm install -g {self.package}" + (f"@{version}" if version else "")
@@ -128,6 +130,10 @@ class CliAdapter:
 
     def launch(self, ctx: Context) -> Launch:
         raise NotImplementedError
+
+    def original_env(self, ctx: Context) -> dict[str, str]:
+        """Variables the original's start.sh reads that must name a2rl's set-up (e.g. Codex's provider)."""
+        return {}
 
     def command_line(self, exe: Path, argv: list[str]) -> list[str]:
         """The command line to run: the launch's, with the executable found in its place."""
@@ -172,11 +178,15 @@ class PythonCli(CliAdapter):
 # -- helpers the adapters share --------------------------------------------------------------------------------
 
 def build_prompt(workspace: Path, args: dict, continuation: str | None = None) -> str:
-    """The task's instructions.md, after a preamble saying the agent works alone (agent.args.preamble overrides)
-    and, for a re-prompted agent, the note on what it has left."""
+    """The task's instructions.md (after the original's description.md in a paper workspace, which has one), after
+    a preamble saying the agent works alone (agent.args.preamble overrides) and, for a re-prompted agent, the note on
+    what it has left."""
     preamble = args.get("preamble") or PREAMBLE
     note = continuation.strip() + "\n\n" if continuation else ""
-    return preamble.format(workspace=workspace) + note + (workspace / "instructions.md").read_text()
+    description = workspace / "description.md"
+    task = (description.read_text() + "\n\n" if description.is_file() else "") + \
+        (workspace / "instructions.md").read_text()
+    return preamble.format(workspace=workspace) + note + task
 
 
 def write_json(path: Path, data: dict) -> None:

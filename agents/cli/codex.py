@@ -28,6 +28,14 @@ class Codex(CliAdapter):
     package = "@openai/codex"
     providers = ("openai", "openai-compatible")
     args = ("reasoning_effort",)
+    original = "codex"
+    original_not_held = (
+        "--search: Codex offers the model its web search tool, which the provider runs (OpenAI's hosted tool); it "
+        "holds only where the driver's server has that tool (not a local server), and the isolated sandbox never "
+        "reaches the web itself",)
+
+    def original_env(self, ctx: Context) -> dict[str, str]:
+        return {"CODEX_PROVIDER": "a2rl"}  # start.sh's -c model_provider=...: the proxy's provider in config.toml
 
     def launch(self, ctx: Context) -> Launch:
         codex_home = ctx.home / ".codex"

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 from agents.cli.base import CliAdapter, Context, build_prompt
+from agents.cli.original import original_launch
+from agents.cli.original import record as original_record
 from agents.proxy.protocols import provider
 from contracts.outcomes import Limit
 
@@ -77,6 +79,8 @@ class AgentSession:
         self._proxy_app = ""
         self.driver = driver_config(cell)   # start() adds the model's context window the proxy found
         self.final_usage: dict | None = None
+        self.original_dir: Path | None = None  # a paper cell's: the released original's folder (its start.sh)
+        self.launched: dict = {}              # how the CLI was launched, for the cell's outcome
 
     def _proxy(self):
         from ray import serve
@@ -94,10 +98,12 @@ class AgentSession:
         return sorted(p for p in candidates if not any(_covers(p.resolve(), h) for h in hidden))
 
     def start(self, workspace: Path, env: dict, proxy_url: str, records_path: Path, argv: list[str],
-              scope: str = "") -> list[str]:
+              scope: str = "", original_dir: Path | None = None) -> list[str]:
         """Register the cell with its sweep's driver proxy (scope: the sweep's, contracts.serving.sweep_scope; limits
         from its budget, call records into records_path), put the driver's variables (and the CLI's) into env;
-        returns the command line to run."""
+        returns the command line to run. original_dir: a paper cell's released original, whose start.sh launches a
+        CLI that has one (agents/cli/original.py)."""
+        self.original_dir = original_dir
         from agents.proxy.deployment import APP_NAME
         from contracts.serving import scoped
 
@@ -124,13 +130,21 @@ class AgentSession:
         args = dict(self.cell.agent.args or {})
         ctx = Context(workspace=workspace, home=Path(env["HOME"]), prompt=build_prompt(workspace, args, continuation),
                       driver=self.driver, proxy_url=self._proxy_url, key=self.key, args=args)
-        launch = self.adapter.launch(ctx)
+        paper = self.original_dir is not None
+        if paper and self.adapter.original:  # the original's start.sh builds the prompt and runs the CLI
+            launch = original_launch(self.adapter, ctx, self.exe, self.original_dir)
+            argv = launch.argv
+        else:
+            launch = self.adapter.launch(ctx)
+            argv = self.adapter.command_line(self.exe, launch.argv)
+        if paper:
+            self.launched = original_record(self.adapter, self.original_dir, launch)
         if self.parser is not None:
             self.parser.home = ctx.home
         env.update(launch.env)
         if self.adapter.on_path and not env.get("PATH", "").startswith(str(self.exe.parent) + os.pathsep):
             env["PATH"] = os.pathsep.join([str(self.exe.parent), env.get("PATH", "")])
-        return self.adapter.command_line(self.exe, launch.argv)
+        return argv
 
     def usage(self) -> dict | None:
         """The proxy's meter for this cell so far (None without a key)."""
@@ -183,7 +197,7 @@ class AgentSession:
 
     def summary(self) -> dict:
         """For the cell's outcome."""
-        out = {"agent_version": self.version} if self.adapter else {}
+        out = {"agent_version": self.version, **self.launched} if self.adapter else {}
         if self.final_usage:
             out["driver_usage"] = {k: self.final_usage.get(k) for k in (
                 "calls", "refused", "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "wait_s",

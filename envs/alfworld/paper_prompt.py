@@ -8,12 +8,19 @@ reply is decoded greedily up to 100 tokens and cut at the first newline; strippe
 (no matching to the admissible commands, which are never shown). A `think: ...` reply is sent too (the game answers
 "Nothing happens." and the step counts) and is shown to the model as `OK.`.
 
+The released original (rdagent 1.0.0) makes each prompt fit its vLLM context (max_model_len 4096) before it decodes:
+counted with the submitted model's own tokenizer, a prompt that leaves fewer than 100 tokens free is cut to its last
+3,995 tokens, decoded back to text (`fit`). The cut is blind to the transcript's structure: the header and the
+examples go first, then the task and the oldest steps; the current observation and the final `>` stay; it may fall
+inside a word or a character. A prompt that fits is sent as it is.
+
 Standard library only: a2rl copies it into an agent's code/ as task_prompt.py, so an agent builds the grader's
 prompts from the same file.
 
     examples = load_examples(path)                     # react_prompts.json
     render(examples, task_type, observations, history) # the prompt at a step
     parse(reply)                                       # the action sent to the game
+    fit(prompt, tokenizer)                             # the text the grader decodes from (a long prompt cut)
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ STOP = ("\n",)
 THINK = "think:"
 THINK_OBSERVATION = "OK."
 MAX_STEPS = 50
+MAX_MODEL_LEN = 4096  # the original's vLLM context (eval.py's max_model_len); a prompt is cut to fit it
 # A game's task type (generated games: traj_data.json's task_type; upstream data: its folder name) starts with one
 # of these; the value names its ReAct examples. In the original's order (it takes the first prefix that matches).
 EXAMPLE_KEYS = {
@@ -99,3 +107,16 @@ def render(examples: dict[str, str], task_type: str, observations: Sequence[str]
 def parse(reply: str, actions: Sequence[str] | None = None) -> str:
     """The action sent to the game: the reply up to its first newline, stripped, nothing else."""
     return (reply or "").split(STOP[0], 1)[0].strip()
+
+
+def fit(prompt: str, tokenizer, max_model_len: int = MAX_MODEL_LEN, max_new_tokens: int = MAX_NEW_TOKENS) -> str:
+    """The text the grader decodes from: `prompt` while it leaves room for `max_new_tokens` in `max_model_len`, else
+    the text of its last `max_model_len - max_new_tokens - 1` tokens. `tokenizer` is the submitted model's (a
+    transformers tokenizer, or anything with its `encode` and `decode`): counted with `encode` (the tokenizer's
+    special tokens added, e.g. a BOS), cut tokens turned back into text with `decode` (special tokens kept; a
+    character whose bytes were split decodes to U+FFFD), as the original's eval.py counts and cuts with vLLM's
+    tokenizer; the cut text is then tokenised again to be decoded from."""
+    ids = tokenizer.encode(prompt)
+    if len(ids) + max_new_tokens <= max_model_len:
+        return prompt
+    return tokenizer.decode(ids[-max(max_model_len - max_new_tokens - 1, 1):])

@@ -20,6 +20,7 @@ import json
 from functools import cached_property
 from pathlib import Path
 
+from contracts import original
 from contracts.decoding import Decoding
 from contracts.environment import Demonstration
 from contracts.file_lock import build_once
@@ -30,6 +31,7 @@ from contracts.task_spec import TaskSpec
 from envs.alfworld import paper_prompt, prompt
 from envs.alfworld.environment import AlfWorldEnvironment, AlfWorldPaperEnvironment
 
+REACT_PROMPTS = f"benchmarks/alfworld/{paper_prompt.FILE_NAME}"  # in the released original's folder
 
 
 def _expert_demonstrations(job: tuple) -> list[Demonstration]:
@@ -51,6 +53,8 @@ class AlfWorldTask(InteractiveTask):
     # paper: the original benchmark's raw ReAct transcript, the reply sent as it is (envs.alfworld.paper_prompt)
     protocols = ("a2rl", "paper")
     prompt_modules = {"paper": paper_prompt}
+    original_benchmark = "alfworld"
+    original_exposed = ("eval.py",)
 
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
                  task_types: list[str] | None, max_receptacles_per_type: int | None, max_receptacles: int | None,
@@ -65,7 +69,8 @@ class AlfWorldTask(InteractiveTask):
         first with perturbations injected at this rate (recovery data, see envs.alfworld.ordered_expert);
         build_workers: processes building the games and their expert rows; eval_workers: processes stepping eval
         games during grading (0: in the grader's process); react_prompts: ReAct's react_prompts.json for the paper
-        protocol (None: CACHE_DIR/alfworld/react_prompts.json). Games live under the task's cache_dir."""
+        protocol (None: the one the released original ships, contracts/original.py). Games live under the task's
+        cache_dir."""
         super().__init__(spec)
         name = spec.name
         if expert not in ("search", "ordered", "planner"):
@@ -93,31 +98,46 @@ class AlfWorldTask(InteractiveTask):
     # -- the protocol -----------------------------------------------------------------------------------------
     def decoding(self) -> Decoding:
         """paper: greedy, raw text, at most 100 new tokens, cut at a newline, no repetition penalty (the original's
-        vLLM SamplingParams); a2rl: the grader's settings, as for every task."""
+        vLLM SamplingParams), a prompt too long for 4,096 tokens cut to its last ones (rdagent 1.0.0's eval.py,
+        paper_prompt.fit); a2rl: the grader's settings, as for every task."""
         if self.protocol == "paper":
             return Decoding(max_new_tokens=paper_prompt.MAX_NEW_TOKENS, stop=paper_prompt.STOP,
-                            repetition_penalty=1.0, chat_template=False)
+                            repetition_penalty=1.0, chat_template=False, fit=paper_prompt.fit)
         return super().decoding()
 
     def examples_path(self) -> Path:
-        return Path(self.react_prompts).expanduser() if self.react_prompts else \
-            self.cache_dir / "alfworld" / paper_prompt.FILE_NAME
+        """task.react_prompts, else the file the released original ships beside its eval.py (contracts/original.py)."""
+        if self.react_prompts:
+            return Path(self.react_prompts).expanduser()
+        return self.cache_dir / "original" / original.VERSION_DIR / REACT_PROMPTS
 
     def missing_data(self) -> list[str]:
-        if self.protocol == "paper" and not self.examples_path().is_file():
+        if self.protocol != "paper" or self.examples_path().is_file():
+            return []
+        if self.react_prompts:
             return [f"task {self.name}: ReAct's react_prompts.json (protocol paper) is not at {self.examples_path()}: "
-                    "set task.react_prompts=<path> (RD-Agent's benchmarks/alfworld/react_prompts.json)"]
-        return []
+                    "fix task.react_prompts=<path>, or set it to null to use the released original's"]
+        if (original.wheel_store() / original.WHEEL).is_file():
+            return []  # extracted from the pinned wheel at first use, no download
+        return [f"task {self.name}: ReAct's react_prompts.json comes from the released original ({original.RELEASE} "
+                f"on PyPI), which is not on this machine: it is fetched once at first use (scripts/setup fetches it)"]
 
     @cached_property
     def examples(self) -> dict[str, str]:
-        """ReAct's few-shot examples (paper protocol), from the path the config gives or the cache."""
+        """ReAct's few-shot examples (paper protocol), from the path the config gives or the released original."""
         path = self.examples_path()
+        if not self.react_prompts and not path.is_file():
+            try:
+                path = original.original_root(self.cache_dir) / REACT_PROMPTS
+            except original.OriginalUnavailable as e:
+                raise ConfigError(f"task {self.name}: protocol=paper needs ReAct's ALFWorld examples: {e}; or set "
+                                  "task.react_prompts=<path> to a copy of react_prompts.json") from e
         if not path.is_file():
             raise ConfigError(
                 f"task {self.name}: protocol=paper needs ReAct's ALFWorld examples, and {path} is not a file: set "
                 f"task.react_prompts=<path> to RD-Agent's rdagent/scenarios/rl/autorl_bench/benchmarks/alfworld/"
-                f"react_prompts.json (the same as ReAct's prompts/alfworld_3prompts.json), or copy it to {path}")
+                f"react_prompts.json (the same as ReAct's prompts/alfworld_3prompts.json), or null for the released "
+                f"original's")
         try:
             return paper_prompt.load_examples(path)
         except ValueError as e:
@@ -207,6 +227,29 @@ class AlfWorldTask(InteractiveTask):
     def environment(self) -> AlfWorldEnvironment:
         return self._environment
 
+    def original_data(self, target: Path) -> None:
+        """The original's alfworld/data.py: `train`, a link to the ALFWorld train games' folder, and an empty
+        `.downloaded` marker. Upstream data (data_path): its json_2.1.1/train, the folder the original links
+        (~/.cache/alfworld/json_2.1.1/train), all of it whatever n_train caps. Generated games: the train split's
+        folder under the grading cache (built here when it is not yet; the sandbox must bind it, as the grading
+        cache is hidden), which is laid out otherwise than upstream's: one folder per game,
+        `<index>-<task type>-s<seed>/`, holding game.tw-pddl and traj_data.json (upstream: `<task type>-<object>-
+        <movable receptacle>-<receptacle>-<scene>/trial_*/`, with initial_state.pddl too), a manifest.json beside
+        the games, traj_data.json with a few of upstream's keys, and game files with a2rl's `a2rl` key."""
+        if self.data_path:
+            from envs.alfworld.real_data import resolve_data_root
+
+            source = resolve_data_root(self.data_path) / "train"
+            if not source.is_dir():
+                raise FileNotFoundError(f"task {self.name}: no ALFWorld train games at {source} (data_path="
+                                        f"{self.data_path!r}): the original links that folder")
+        else:
+            self.train_games()  # builds the splits
+            source = self.games_dir / "train"
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "train").symlink_to(source.absolute())
+        (target / ".downloaded").touch()
+
     # -- rows -------------------------------------------------------------------------------------------------
     def make_train_rows(self) -> list[dict]:
         protocol = "" if self.protocol == "a2rl" else f"-{self.protocol}"  # rows are rendered in the protocol's prompt
@@ -232,6 +275,8 @@ class AlfWorldTask(InteractiveTask):
     # -- the agent's view ---------------------------------------------------------------------------------------
     def _grading_text(self, final: str) -> str:
         if self.protocol == "paper":
+            context = paper_prompt.MAX_MODEL_LEN
+            room, keep = context - paper_prompt.MAX_NEW_TOKENS, context - paper_prompt.MAX_NEW_TOKENS - 1
             return f"""## How the grader plays and scores (the original benchmark's protocol)
 
 The hidden eval split has {self.n_eval} other games of the same kinds{final}. For each, the grader resets the game
@@ -246,10 +291,13 @@ and, every step, {self.grader_asks("this raw text")}:
     > ...
     >
 
+A text longer than {room} tokens of your model's own tokenizer (counted as `tokenizer.encode` counts, special
+tokens included) is cut first, as the original cuts it to fit its {context}-token context: to the text of its last
+{keep} tokens (`tokenizer.decode`), so the header and examples go first, then the task and the oldest steps.
 The stripped reply is sent to the game as it is (no admissible commands are shown, nothing is matched); a reply
 starting with `think:` is sent too (it costs a step) and is shown as `OK.`. `messages` in the train data is this
-text at that step; `code/task_prompt.py` builds it (render, parse). The score is **100 x the fraction of eval games
-won** within {self.max_steps} steps."""
+text at that step, uncut; `code/task_prompt.py` builds it (render, parse) and cuts it (fit). The score is **100 x
+the fraction of eval games won** within {self.max_steps} steps."""
         return f"""## How the grader plays and scores
 
 The hidden eval split has {self.n_eval} other games of the same kinds{final}. For each, the grader resets the game

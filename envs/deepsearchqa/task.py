@@ -29,7 +29,9 @@ Protocols (``protocol:`` in the config):
 from __future__ import annotations
 
 import json
+import os
 from functools import cached_property
+from pathlib import Path
 
 from contracts.decoding import Decoding
 from contracts.registry import register
@@ -48,6 +50,8 @@ SEARCH_DEFAULTS = {"url": None, "query_param": "q", "key_env": None, "key_param"
 class DeepSearchQATask(InteractiveTask):
     environment_class = DeepSearchQAEnvironment
     protocols = ("a2rl", "paper")
+    original_benchmark = "deepsearchqa"
+    original_exposed = ("eval.py",)
     instance_noun, action_noun = "questions", "actions"
     reward_text = "1 for a correct answer, else 0"
 
@@ -300,6 +304,60 @@ alias after normalisation (lowercase; punctuation, the articles a/an/the and ext
 questions are played in lockstep, in batches. The score is **100 x the fraction of eval questions answered
 correctly**.
 """
+
+    # -- the original's data folder -------------------------------------------------------------------------------
+    def original_data(self, target: Path) -> None:
+        """The original's deepsearchqa/data.py: `deepsearchqa/`, the train questions saved with `save_to_disk`, and
+        `split_meta.json` (indent 2). Real data: the set loaded as the original loads it (original_source), shuffled
+        with seed 42, its first n_train saved (the paper's 100; n_eval, 200, counts the eval split), every column
+        kept. Generated questions (no data_path) have no original: the train questions are saved in the real set's
+        columns (problem, problem_category "", answer, answer_type), unshuffled, and split_meta.json names the
+        generator as the dataset, with no shuffle seed."""
+        import datasets
+
+        from envs.deepsearchqa.real_data import DATASET_ID, SOURCE_SPLIT, SPLIT_SEED
+
+        target.mkdir(parents=True, exist_ok=True)
+        if self.data_path:
+            source = self.original_source()
+            shuffled = source.shuffle(seed=SPLIT_SEED)
+            n_train = min(self.n_train, len(shuffled))
+            train = shuffled.select(range(n_train))
+            n_eval = min(self.n_train + self.n_eval, len(shuffled)) - n_train
+            meta = {"dataset": DATASET_ID, "source_split": SOURCE_SPLIT, "shuffle_seed": SPLIT_SEED}
+            total = len(source)
+        else:
+            questions = self._train[0]
+            train = datasets.Dataset.from_list(
+                [{"problem": q.question, "problem_category": "", "answer": q.answer, "answer_type": q.answer_type}
+                 for q in questions], split="train")
+            n_eval = self.n_eval
+            meta = {"dataset": f"generated (a2rl envs/deepsearchqa/generated.py, seed {self.seed})",
+                    "source_split": "train", "shuffle_seed": None}
+            total = len(train) + n_eval
+        train.save_to_disk(str(target / "deepsearchqa"))
+        meta.update({"train_size": len(train), "eval_size": n_eval,
+                     "unused_size": max(0, total - len(train) - n_eval), "total_size": total})
+        (target / "split_meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+
+    def original_source(self):
+        """The real set as a `datasets.Dataset`, loaded as the original loads it: a dataset id with
+        `load_dataset(id, split="eval")`; a local DSQA-full.csv (or a folder holding it) with the csv builder the
+        hub reads that file with (pandas: an empty cell, "NA" or "None" is null there, where a2rl's own rows keep
+        the text); a save_to_disk folder as it is; a JSONL or Parquet file as a2rl reads it."""
+        import datasets
+
+        from envs.deepsearchqa.real_data import CSV_NAME, SOURCE_SPLIT, load_rows
+
+        path = Path(os.path.expanduser(str(self.data_path)))
+        csv = path / CSV_NAME if path.is_dir() else path
+        if csv.is_file() and csv.suffix == ".csv":
+            return datasets.load_dataset("csv", data_files={SOURCE_SPLIT: str(csv)}, split=SOURCE_SPLIT)
+        if path.is_dir():
+            return datasets.load_from_disk(str(path))
+        if path.is_file():
+            return datasets.Dataset.from_list(load_rows(path), split=SOURCE_SPLIT)
+        return datasets.load_dataset(str(self.data_path), split=SOURCE_SPLIT)
 
     # -- the agent's view -----------------------------------------------------------------------------------------
     def instructions(self) -> str:

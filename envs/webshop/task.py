@@ -34,6 +34,8 @@ class WebShopTask(InteractiveTask):
     # penalty 1.0), score = success rate (reward >= 0.5), WebShop's synthetic goals over items_shuffle_1000 when
     # data_path is given. Both use the original's reward (envs.webshop.reward).
     protocols = ("a2rl", "paper")
+    original_benchmark = "webshop"
+    original_exposed = ("eval.py",)
     instance_noun, action_noun = "instructions", "actions"
     reward_text = f"the purchase's reward once `done` (`won`: {SUCCESS} or more), else 0"
 
@@ -98,6 +100,22 @@ class WebShopTask(InteractiveTask):
     def environment(self):
         """Where the graded and served episodes are played: the store in process, or the original server."""
         return self._environment
+
+    def original_data(self, target: Path) -> None:
+        """The original's webshop/data.py: an empty `.downloaded` marker, and `human_trajectories`, a link to the
+        WebShop data folder's human_trajectories/ when there is one. There never is in the original: it looks in
+        its WebShop clone's data/, which git does not hold (data/ is git-ignored upstream) and its download fills
+        with three files only (items_shuffle_1000.json, items_ins_v2_1000.json, items_human_ins.json); WebShop's
+        own setup.sh puts its example human trajectories in user_session_logs/, and il_trajs_finalized_images.jsonl
+        (what a2rl's train rows come from when data_path has it) is never linked. So its folder is the marker
+        alone, unless someone made data/human_trajectories by hand; here the same test is made of data_path
+        (WebShop's data/ folder), and the generated store has no such folder."""
+        target.mkdir(parents=True, exist_ok=True)
+        if self.data_path:
+            source = Path(self.data_path).expanduser() / "human_trajectories"
+            if source.exists():
+                (target / "human_trajectories").symlink_to(source.absolute())
+        (target / ".downloaded").touch()
 
     # -- rows -------------------------------------------------------------------------------------------------
     @cached_property

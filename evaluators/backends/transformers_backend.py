@@ -162,9 +162,12 @@ def load_config_and_tokenizer(path: Path):
 
 def prompt_ids(tokenizer, prompt: Prompt, decoding: Decoding) -> list[int]:
     """A prompt as the grader sends it: a chat through the model's template with the generation prompt, or raw text
-    tokenised as a completion would be (with the tokenizer's own special tokens, e.g. a BOS, as vLLM does)."""
+    tokenised as a completion would be (with the tokenizer's own special tokens, e.g. a BOS, as vLLM does), after
+    the decoding's `fit` where it has one."""
     decoding.check_prompt(prompt)
     if isinstance(prompt, str):
+        if decoding.fit is not None:  # the protocol's cut of a prompt too long for its context, by this tokenizer
+            prompt = decoding.fit(prompt, tokenizer)
         return tokenizer(prompt)["input_ids"]
     # The template already holds the special tokens it wants; tokenising its text adds none (no double BOS).
     text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)

@@ -34,7 +34,7 @@ from pathlib import Path
 from contracts.decoding import Decoding
 from contracts.registry import register
 from contracts.specs import ConfigError
-from contracts.task import Task, split_off_final
+from contracts.task import Task, split_off_final, write_original_jsonl
 from contracts.task_spec import TaskSpec
 from evaluators.judging import alpaca_eval_annotator
 from evaluators.judging.pairwise import judge_all
@@ -102,6 +102,8 @@ class PairwiseTask(Task):
 @register("task", "alpacaeval")
 class AlpacaEvalTask(PairwiseTask):
     protocols = ("a2rl", "paper")
+    original_benchmark = "alpacaeval"
+    original_exposed = ("eval.py",)
 
     def __init__(self, spec: TaskSpec, *, judge: dict | None, eval_data: str = "tatsu-lab/alpaca_eval",
                  train_data: str = "tatsu-lab/alpaca", n_train: int = 2000, n_eval: int | None = None,
@@ -228,6 +230,13 @@ what the win rate would be if your outputs were as long as the reference's), ove
                          "answer": item["output"]})
         return rows
 
+    def original_data(self, target: Path) -> None:
+        """The original's alpacaeval/data.py: train.jsonl, the first n_train rows of train_data (`tatsu-lab/alpaca`;
+        n_train plays its ALPACAEVAL_TRAIN_SAMPLES, 2000 in both) each as its _convert_row makes it, one
+        `json.dumps(row, ensure_ascii=False)` a line."""
+        write_original_jsonl(target / "train.jsonl", (original_row(item)
+                                                      for item in load_alpaca(self.train_data, self.n_train)))
+
     def _row(self, split: str, index: int, item: dict) -> dict:
         row = {"id": f"{self.name}-{split}-{index}", "prompt": item["instruction"], "instruction": item["instruction"],
                "reference": item["output"], "answer": item["output"], "position": item["position"]}
@@ -260,6 +269,14 @@ output). Example:
 The hidden eval set has {self.n_eval or 805 - self.final_size} different instructions (AlpacaEval's){final}.
 
 {self.judging_instructions()}"""
+
+
+def original_row(item: dict) -> dict:
+    """An Alpaca row as the original's alpacaeval/data.py `_convert_row` writes it: these keys, in this order; the
+    question is the instruction, with its input after a blank line when it has one."""
+    instruction, user_input, output = item.get("instruction", ""), item.get("input", ""), item.get("output", "")
+    return {"instruction": instruction, "input": user_input, "output": output,
+            "question": instruction if not user_input else f"{instruction}\n\n{user_input}", "answer": output}
 
 
 def hub_or_local_present(source: str, probe: str) -> bool:

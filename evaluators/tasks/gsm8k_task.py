@@ -29,7 +29,7 @@ from pathlib import Path
 from contracts.decoding import Decoding, Prompt
 from contracts.registry import register
 from contracts.specs import ConfigError
-from contracts.task import Task, split_off_final
+from contracts.task import Task, split_off_final, write_original_jsonl
 from contracts.task_spec import TaskSpec
 from evaluators.tasks import opencompass_protocol as oc
 from evaluators.tasks.hub_dataset import HubDataset
@@ -62,6 +62,7 @@ def gsm8k_score(completion: str, answer: str) -> float:
 @register("task", "gsm8k")
 class Gsm8kTask(Task):
     protocols = ("a2rl", "paper")
+    original_benchmark = "gsm8k"
     item = "problem"
     train_fields = {  # protocol a2rl's rows
         "id": "the row's id", "prompt": "the message the grader sends, exactly (`question` inside the prompt template)",
@@ -147,6 +148,12 @@ class Gsm8kTask(Task):
             for row in out:
                 row["messages"] = self.messages(row)
         return out
+
+    def original_data(self, target: Path) -> None:
+        """The original's gsm8k/data.py: train.jsonl, each row of the train split (`openai/gsm8k`, `main`) as the
+        dataset gives it (question, answer), one `json.dumps(item, ensure_ascii=False)` a line. train_size, where
+        set, cuts it as it cuts the train rows (the original has no such knob: null, the default, is all of it)."""
+        write_original_jsonl(target / "train.jsonl", self.data.splits["train"].to_list()[:self.train_size])
 
     def make_hidden_rows(self) -> tuple[list[dict], list[dict]]:
         """(feedback split, final split) of the test split."""

