@@ -10,7 +10,7 @@ tests/fixtures/parity/agent_side/*.json). The submission is a copy of the base m
 one: `cp -r "$MODEL_PATH/." "$OUTPUT_DIR/v1"`. Each cell must reach its grader through its relay, with no token, and
 score; the answers are kept in the workspace's code/ for the assertions.
 
-The cells are slow (two interactive tasks built and graded, eight CLI cells): `.venv/bin/python -m pytest -m slow
+The cells are slow (two interactive tasks built and graded, twelve CLI cells): `.venv/bin/python -m pytest -m slow
 tests/test_paper_real_clis.py`. OpenHands (a Python program, `-m python_agents`) is left out here.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from tests.test_cli_agents import (  # noqa: F401  (cli_bin and sweep_runner are
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "parity" / "agent_side"
 CELLS = [("claude_code", "fake-anthropic"), ("codex", "fake-openai"), ("gemini_cli", "fake-gemini"),
-         ("opencode", "fake-anthropic")]
+         ("opencode", "fake-anthropic"), ("opencode", "fake-openai"), ("opencode", "fake-gemini")]
 ORIGINAL = {"claude_code": "claude", "codex": "codex", "gemini_cli": "gemini", "opencode": "opencode"}
 PROVIDERS = {"fake-anthropic": ("anthropic", "claude-fake"), "fake-openai": ("openai", "gpt-fake"),
              "fake-gemini": ("gemini", "gemini-fake")}
@@ -64,6 +64,8 @@ def submit_command(body: dict) -> str | None:
     one = [line.strip() for line in lines if ONE_LINE.match(line)]
     if one:
         return one[-1]
+    # OpenCode's `run` hands the model its message quoted, every `"` as `\"`: read the example back unquoted
+    lines = [line.replace('\\"', '"') for line in lines]
     for i, line in enumerate(lines):
         if SPANNING.match(line):
             block = [line.strip()]
@@ -99,8 +101,8 @@ def paper_runs(sweep_runner):  # noqa: F811
     try:
         for task, overrides in TASKS.items():
             out = sweep_runner(f"paper-real-{task}", [
-                f"sweep.agents=[{','.join(a for a, _ in CELLS)}]", drivers_override(drivers), f"task={task}",
-                *overrides, "sweep.budget.wall_time_s=600", "sweep.budget.max_submissions=3"])
+                f"sweep.agents=[{','.join(dict.fromkeys(a for a, _ in CELLS))}]", drivers_override(drivers),
+                f"task={task}", *overrides, "sweep.budget.wall_time_s=600", "sweep.budget.max_submissions=3"])
             runs[task] = collect(out, fake)
     finally:
         fake.stop()
@@ -144,4 +146,6 @@ def test_the_scripted_model_finds_both_forms_of_the_submit_command():
                 "    -d '{\"model_path\": \"'$OUTPUT_DIR'/v1\"}'\n```\n")
     got = submit_command({"system": spanning})
     assert shlex.split(got)[:4] == ["curl", "-X", "POST", "$GRADING_SERVER_URL/submit"] and got.endswith("v1\"}'")
+    quoted = '"' + spanning.replace('"', '\\"') + '"'  # as OpenCode's `run` passes its message on
+    assert submit_command({"messages": [{"content": quoted}]}) == got
     assert submit_command({"messages": []}) is None

@@ -131,10 +131,6 @@ class CliAdapter:
     def launch(self, ctx: Context) -> Launch:
         raise NotImplementedError
 
-    def original_env(self, ctx: Context) -> dict[str, str]:
-        """Variables the original's start.sh reads that must name a2rl's set-up (e.g. Codex's provider)."""
-        return {}
-
     def command_line(self, exe: Path, argv: list[str]) -> list[str]:
         """The command line to run: the launch's, with the executable found in its place."""
         return [str(exe), *argv[1:]]

@@ -34,9 +34,6 @@ class Codex(CliAdapter):
         "holds only where the driver's server has that tool (not a local server), and the isolated sandbox never "
         "reaches the web itself",)
 
-    def original_env(self, ctx: Context) -> dict[str, str]:
-        return {"CODEX_PROVIDER": "a2rl"}  # start.sh's -c model_provider=...: the proxy's provider in config.toml
-
     def launch(self, ctx: Context) -> Launch:
         codex_home = ctx.home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
@@ -56,13 +53,16 @@ class Codex(CliAdapter):
             "[feedback]", "enabled = false",
             "[features]", "unbounded_connection_retries = false",
             "[shell_environment_policy]", 'inherit = "all"', "ignore_default_excludes = true",
-            "[model_providers.a2rl]",
-            'name = "a2rl driver proxy"',
-            f"base_url = {toml_str(ctx.proxy_url + '/v1')}",
-            f"env_key = {toml_str(KEY_VARIABLE)}",
-            'wire_api = "responses"',
-            "request_max_retries = 0",
-            "stream_max_retries = 0",
+            # the proxy, also under the name the original's start.sh picks by default (its CODEX_PROVIDER: any other
+            # name makes that script fetch an Azure token and exit), so a paper cell runs it with its own settings
+            *[line for name in ("a2rl", "litellm") for line in (
+                f"[model_providers.{name}]",
+                'name = "a2rl driver proxy"',
+                f"base_url = {toml_str(ctx.proxy_url + '/v1')}",
+                f"env_key = {toml_str(KEY_VARIABLE)}",
+                'wire_api = "responses"',
+                "request_max_retries = 0",
+                "stream_max_retries = 0")],
         ]) + "\n")
         argv = ["codex", "exec", "--json", "--skip-git-repo-check", *extra_args(ctx), ctx.prompt]
         return Launch(argv, {"CODEX_HOME": str(codex_home), KEY_VARIABLE: ctx.key})

@@ -36,7 +36,7 @@ def original_launch(adapter: CliAdapter, ctx: Context, exe: Path, original_dir: 
     """`bash start.sh` with the adapter's own connection to the proxy (its config files are written by launch())."""
     own = adapter.launch(ctx)
     prefix = str(adapter.original).upper()
-    env = {**config_env(original_dir, adapter), **own.env, f"{prefix}_BIN": str(exe), **adapter.original_env(ctx)}
+    env = {**config_env(original_dir, adapter), **own.env, f"{prefix}_BIN": str(exe)}
     if ctx.model:
         env[f"{prefix}_MODEL"] = ctx.model
     return Launch(["bash", str(start_script(original_dir, adapter))], env)
