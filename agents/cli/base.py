@@ -173,15 +173,15 @@ class PythonCli(CliAdapter):
 
 # -- helpers the adapters share --------------------------------------------------------------------------------
 
-def build_prompt(workspace: Path, args: dict, continuation: str | None = None) -> str:
-    """The task's instructions.md (after the original's description.md in a paper workspace, which has one), after
-    a preamble saying the agent works alone (agent.args.preamble overrides) and, for a re-prompted agent, the note on
-    what it has left."""
+def build_prompt(workspace: Path, args: dict, continuation: str | None = None, paper: bool = False) -> str:
+    """The task's instructions.md (in a paper workspace after the original's description.md: its instructions.md
+    is the benchmark's shared one), after a preamble saying the agent works alone (agent.args.preamble overrides)
+    and, for a re-prompted agent, the note on what it has left."""
     preamble = args.get("preamble") or PREAMBLE
     note = continuation.strip() + "\n\n" if continuation else ""
-    description = workspace / "description.md"
-    task = (description.read_text() + "\n\n" if description.is_file() else "") + \
-        (workspace / "instructions.md").read_text()
+    task = (workspace / "instructions.md").read_text()
+    if paper:
+        task = (workspace / "description.md").read_text() + "\n\n" + task
     return preamble.format(workspace=workspace) + note + task
 
 

@@ -128,9 +128,10 @@ class AgentSession:
         registered. continuation: what a re-prompted CLI reads before its task prompt (orchestrator/reprompt.py)."""
         assert self.adapter is not None and self.exe is not None and self.key is not None
         args = dict(self.cell.agent.args or {})
-        ctx = Context(workspace=workspace, home=Path(env["HOME"]), prompt=build_prompt(workspace, args, continuation),
-                      driver=self.driver, proxy_url=self._proxy_url, key=self.key, args=args)
         paper = self.original_dir is not None
+        ctx = Context(workspace=workspace, home=Path(env["HOME"]),
+                      prompt=build_prompt(workspace, args, continuation, paper),
+                      driver=self.driver, proxy_url=self._proxy_url, key=self.key, args=args)
         if paper and self.adapter.original:  # the original's start.sh builds the prompt and runs the CLI
             launch = original_launch(self.adapter, ctx, self.exe, self.original_dir)
             argv = launch.argv
