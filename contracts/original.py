@@ -72,9 +72,7 @@ def original_root(cache_dir: Path | str) -> Path:
     root = Path(cache_dir).expanduser() / "original" / VERSION_DIR
     if (root / "core" / "instructions.md").is_file():
         return root
-    wheel = fetch_wheel()
-    if _sha256(wheel) != SHA256:
-        raise OriginalUnavailable(f"{wheel} is not the pinned {WHEEL} (sha256 {SHA256}): remove it to fetch again")
+    wheel = fetch_wheel()  # checked against the pinned sha256 there
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{VERSION_DIR}-", dir=root.parent))
     try:
