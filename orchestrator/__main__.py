@@ -1,4 +1,5 @@
-"""`python -m orchestrator [overrides]` runs a sweep; `python -m orchestrator report output_dir=DIR` analyses it."""
+"""`python -m orchestrator [overrides]` runs a sweep; `python -m orchestrator report output_dir=DIR` analyses it
+(SUBCOMMANDS lists the others)."""
 from __future__ import annotations
 
 import errno
@@ -71,21 +72,25 @@ def report_main(cfg: DictConfig) -> None:
     print(f"[a2rl] report written to {path}")
 
 
+# `python -m orchestrator <subcommand> [overrides]`; no subcommand runs a sweep.
+SUBCOMMANDS = {"report": report_main}
+
+
 def main() -> None:
-    report = len(sys.argv) > 1 and sys.argv[1] == "report"
-    if report:
+    subcommand = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS else None
+    if subcommand:
         del sys.argv[1]
     try:
         check_group_overrides(sys.argv[1:])
         for arg in sys.argv[1:]:  # Hydra makes output_dir (its run dir) before a2rl runs: check it first
-            if arg.startswith("output_dir=") and not report:
+            if arg.startswith("output_dir=") and subcommand is None:
                 from orchestrator.preflight import check_writable
 
                 check_writable({"output_dir": Path(arg.split("=", 1)[1]).expanduser()})
     except ConfigError as e:
         print(f"a2rl: config error: {e}", file=sys.stderr)
         sys.exit(2)
-    (report_main if report else sweep_main)()
+    (SUBCOMMANDS[subcommand] if subcommand else sweep_main)()
 
 
 if __name__ == "__main__":
