@@ -231,7 +231,15 @@ For each eval {self.item} the grader {asks}.{needs}
 
     def summarize(self, items: list[dict], rows: list[dict]) -> dict:
         """The submission's score (a percentage, as in the paper) and any further metrics of the task."""
-        return {"score": 100.0 * sum(item["score"] for item in items) / len(items) if items else 0.0}
+        return {"score": self.percent(sum(item["score"] for item in items), len(items))}
+
+    def percent(self, hits: float, n: int) -> float:
+        """hits of n as the score's percentage. Under the paper's protocol in the original's own arithmetic,
+        `(hits / n) * 100` as its evaluators write it (OpenCompass's tasks override it), so that a paper score is
+        bit-equal to the original's: 100.0 * 5 / 6 and (5 / 6) * 100 differ in the last bit."""
+        if not n:
+            return 0.0
+        return (hits / n) * 100 if self.protocol == "paper" else 100.0 * hits / n
 
     def hidden_paths(self) -> list[Path]:
         """Where the hidden split lives outside the grading cache (a local copy of a dataset, a data file that ships

@@ -48,7 +48,8 @@ def evaluate_loaded(task: Task, backend: EvaluatorBackend, loaded, rows: list[di
         result = task.play(rows, generate, judge)  # a protocol with an episode loop of its own
         if result is not None:
             return result
-        result = lockstep.evaluate(task.environment(), rows, generate, workers=task.eval_workers)
+        result = lockstep.evaluate(task.environment(), rows, generate, workers=task.eval_workers,
+                                   percent=task.percent)
         result = task.judge_episodes(result, rows, judge) if judge is not None else result
         notes = getattr(task, "approximations", list)()  # where the protocol is only approximately the original's
         if notes:

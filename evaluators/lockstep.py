@@ -154,9 +154,10 @@ def play(env: Environment, instances: Sequence[Instance], generate: Generate, wo
              "goal": s["goal"], "actions": s["actions"], "replies": s["replies"]} for s in state]
 
 
-def evaluate(env: Environment, rows: list[dict], generate: Generate, workers: int = 0) -> dict:
+def evaluate(env: Environment, rows: list[dict], generate: Generate, workers: int = 0,
+             percent=lambda hits, n: 100.0 * hits / n if n else 0.0) -> dict:
     """The eval rows' instances played: {score: 100 x mean episode grade, n, items, metrics: {success_rate: 100 x
-    the share of episodes won, mean_steps}}."""
+    the share of episodes won, mean_steps}}. percent: the task's arithmetic of the score (Task.percent)."""
     splits = {row.get("split", "eval") for row in rows}  # the feedback split's rows, or the held-out final split's
     by_name = {(split, inst.name): inst for split in splits for inst in env.instances(split)}
     instances = [by_name[row.get("split", "eval"), row["instance"]] for row in rows]
@@ -168,7 +169,7 @@ def evaluate(env: Environment, rows: list[dict], generate: Generate, workers: in
     n = len(items)
     # The score is the mean grade (Environment.score); where the grade is dense (a reward), the share of episodes
     # that reached their goal is a metric of its own (WebShop's success rate), so it is reported beside it.
-    return {"score": 100.0 * sum(item["score"] for item in items) / n if n else 0.0, "n": n, "items": items,
+    return {"score": percent(sum(item["score"] for item in items), n), "n": n, "items": items,
             "metrics": {"success_rate": 100.0 * sum(item["won"] for item in items) / n if n else 0.0,
                         "mean_steps": sum(item["steps"] for item in items) / n if n else 0.0,
                         # the last step's reward (WebShop's purchase reward), beside a score that may be successes

@@ -12,10 +12,11 @@ from contracts.records import write_json_durably
 from contracts.specs import task_identity
 
 # Bump when what a score means changes (scale, scoring rule), so no stale cached score is served.
-SCORING_VERSION = 6  # 2: scores are percentages; 3: generated eval splits are salted with a secret; 4: decoding
+SCORING_VERSION = 7  # 2: scores are percentages; 3: generated eval splits are salted with a secret; 4: decoding
 # by the task's protocol (the transformers backend applies the model's repetition penalty under a2rl's, as vLLM did);
 # 5: a generated hidden split leaves out the questions its instructions show (arithmetic's examples); 6: ALFWorld's
-# paper protocol cuts a prompt too long for 4,096 tokens, as rdagent 1.0.0 does
+# paper protocol cuts a prompt too long for 4,096 tokens, as rdagent 1.0.0 does; 7: HumanEval's paper verdict from one
+# run without CPU or memory limits, and paper scores in the original's arithmetic (OpenCompass's two decimals)
 
 
 def split_key(task_cfg: dict) -> str:

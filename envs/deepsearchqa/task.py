@@ -128,7 +128,8 @@ class DeepSearchQATask(InteractiveTask):
         n = max(1, len(items))
         metrics = {**result.get("metrics", {}), "success_rate": 100.0 * sum(i["won"] for i in items) / n,
                    "exact_match": 100.0 * sum(i.get("exact_match", i["won"]) for i in items) / n}
-        return {**result, "score": 100.0 * sum(i["score"] for i in items) / n, "items": items, "metrics": metrics}
+        return {**result, "score": self.percent(sum(i["score"] for i in items), n), "items": items,
+                "metrics": metrics}
 
     # -- the paper protocol ---------------------------------------------------------------------------------------
     def decoding(self) -> Decoding:
@@ -160,7 +161,7 @@ class DeepSearchQATask(InteractiveTask):
                  for row, inst, q, ep, (correct, how) in zip(rows, instances, questions, episodes, verdicts)]
         n = max(1, len(items))
         fallbacks = sum(i["judged_by"] != "llm" for i in items)
-        metrics = {"accuracy": 100.0 * sum(i["won"] for i in items) / n, "judge_fallbacks": fallbacks,
+        metrics = {"accuracy": self.percent(sum(i["won"] for i in items), n), "judge_fallbacks": fallbacks,
                    "answered": sum(ep.answer != react.NO_ANSWER for ep in episodes),
                    "mean_steps": sum(i["steps"] for i in items) / n}
         return {"score": metrics["accuracy"], "n": len(items), "items": items, "metrics": metrics,

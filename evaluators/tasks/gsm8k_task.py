@@ -161,6 +161,10 @@ class Gsm8kTask(Task):
         return ([self._row("eval", i, item, p) for i, (p, item) in enumerate(rest[:self.eval_size])],
                 [self._row("final", i, item, p) for i, (p, item) in enumerate(final)])
 
+    def percent(self, hits: float, n: int) -> float:
+        """paper: Gsm8kEvaluator's `100 * correct / count`, as the summary CSV rounds it."""
+        return oc.summary_score(100 * hits / n if n else 0.0) if self.paper else super().percent(hits, n)
+
     def decoding(self) -> Decoding:
         if self.paper:
             return Decoding(max_new_tokens=PAPER_MAX_NEW_TOKENS, repetition_penalty=1.0)

