@@ -178,6 +178,84 @@ def test_every_protocols_decoding_gives_the_same_replies_as_transformers(cache_d
     assert expected[2] != expected[3]  # the cases decode differently: each one checks something
 
 
+def paper_decodings() -> dict[str, tuple[str, Decoding]]:
+    """Each paper task's decoding (the prompt kind it takes, and how it decodes), GSM8K's shortened (no stop string:
+    the engine stops at eos only, as before)."""
+    import dataclasses
+
+    from envs.alfworld.task import AlfWorldTask
+    from envs.deepsearchqa import react
+    from envs.webshop import paper_prompt as webshop
+    from evaluators.tasks.gsm8k_task import PAPER_MAX_NEW_TOKENS
+
+    alfworld = AlfWorldTask.decoding(type("Paper", (), {"protocol": "paper"})())
+    return {"alfworld": ("raw", alfworld),
+            "webshop": ("chat", Decoding(webshop.MAX_NEW_TOKENS, webshop.STOP, repetition_penalty=1.0)),
+            "deepsearchqa": ("raw", react.TURN), "deepsearchqa_answer": ("raw", react.FORCED_ANSWER),
+            "gsm8k": ("chat", dataclasses.replace(Decoding(PAPER_MAX_NEW_TOKENS, repetition_penalty=1.0),
+                                                  max_new_tokens=48))}
+
+
+@needs_vllm
+@pytest.mark.parametrize("model_name", ["tiny", "smollm2-135m"])
+def test_replies_stop_inside_the_engine_and_equal_the_cut_replies(cache_dir, model_name):
+    """Every paper task's decoding, raw text and chats: the engine ends a reply at its first stop string (it decodes
+    the tokens up to there, not max_new_tokens) and the reply is byte-equal to the one decoded to max_new_tokens and
+    cut after (what this backend returned before)."""
+    import dataclasses
+
+    model = resolve_base_model(model_name, cache_dir / "models")
+    raw = [f"Thought: I need the year the bridge {i} opened.\nAction: search[bridge {i} opened]\nObservation: "
+           f"The bridge {i} opened in 19{i}5 and spans a river.\nThought:" for i in range(3)] + \
+          ["Interact with a household.\n> go to desk 1\nOn the desk 1, you see a mug.\n>"]
+    chats = [[{"role": "user", "content": f"Write two short lines about the number {i}."}] for i in range(4)]
+    # the original's context for ALFWorld and DeepSearchQA (SmolLM2's own 8,192 needs a larger KV cache)
+    backend = VLLMBackend(device="cpu", torch_threads=1, kv_cache_gb=0.25, max_model_len=4096)
+    generated = {}
+    try:
+        loaded = backend.load(model)
+        for name, (kind, decoding) in paper_decodings().items():
+            prompts = raw if kind == "raw" else chats
+            before = backend.stats["generated_tokens"]
+            stopped = backend.generate(loaded, prompts, decoding)
+            middle = backend.stats["generated_tokens"]
+            uncut = backend.generate(loaded, prompts, dataclasses.replace(decoding, stop=()))
+            generated[name] = (middle - before, backend.stats["generated_tokens"] - middle)
+            assert stopped == [decoding.cut(reply) for reply in uncut], name
+        backend.unload(loaded)
+    finally:
+        backend.close()
+    assert generated["gsm8k"][0] == generated["gsm8k"][1]  # no stop string: nothing changes
+    stops = [name for name in generated if name != "gsm8k"]
+    assert all(generated[name][0] <= generated[name][1] for name in stops)
+    assert sum(generated[name][0] for name in stops) < sum(generated[name][1] for name in stops), generated
+
+
+@needs_vllm
+def test_a_submission_whose_tokenizer_decodes_otherwise_gets_an_engine_of_its_own(cache_dir, tmp_path):
+    """The engine matches stop strings with its tokenizer: a submission of the same architecture whose tokenizer
+    decodes otherwise is not loaded into it; a trainer's re-save of the base's tokenizer is."""
+    from transformers import AutoTokenizer
+
+    base = resolve_base_model("tiny", cache_dir / "models")
+    resaved = variant(base, tmp_path / "resaved", seed=5)  # AutoTokenizer(...).save_pretrained: the same tokenizer
+    renamed = variant(base, tmp_path / "renamed", seed=6)
+    tokenizer = AutoTokenizer.from_pretrained(renamed)
+    state = json.loads((renamed / "tokenizer.json").read_text())
+    vocab = state["model"]["vocab"]
+    first, second = [t for t in sorted(vocab, key=vocab.get) if t.isalpha() and len(t) > 1][:2]  # swap their texts
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (renamed / "tokenizer.json").write_text(json.dumps(state))
+    assert AutoTokenizer.from_pretrained(renamed).decode([vocab[first]]) != tokenizer.decode([vocab[first]])
+    backend = VLLMBackend(device="cpu", torch_threads=1, kv_cache_gb=0.25)
+    try:
+        for path in (base, resaved, renamed):
+            backend.unload(backend.load(path))
+    finally:
+        backend.close()
+    assert (backend.stats["starts"], backend.stats["reloads"]) == (2, 1)
+
+
 @needs_vllm
 def test_alfworlds_paper_protocol_plays_the_same_episodes_on_vllm_and_transformers(cache_dir, tmp_path):
     """ALFWorld under the paper protocol (raw ReAct transcripts, a stop at "\n", penalty 1.0) on two generated eval

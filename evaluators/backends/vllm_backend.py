@@ -4,10 +4,13 @@ vLLM environment's python (`scripts/setup --vllm` makes it; A2RL_VLLM_VENV moves
 Same replies as the transformers backend by construction where it matters: prompts (chats through the submission's
 template, or raw text) are tokenised here by the same code (`prompt_ids`), decoding is greedy with the same eos tokens,
 token limit and repetition penalty (the task's Decoding), and replies are decoded and cut at stop strings here
-(`reply_text`, `Decoding.cut`); the engine only turns token ids into token ids.
+(`reply_text`, `Decoding.cut`). The engine turns token ids into token ids, and stops a reply at the decoding's stop
+strings as it goes (the original's vLLM does: an action of 10 tokens costs 10, not max_new_tokens), with a
+tokenizer that decodes as the submission's.
 
-A submission whose config and checkpoint layout (tensor names, dtypes, shapes) equal the running engine's only has
-its weights loaded into that engine; anything else gets a fresh engine. The engine's process group is killed on
+A submission whose config, checkpoint layout (tensor names, dtypes, shapes) and tokenizer (what it decodes: its
+vocabulary, added tokens and decoder) equal the running engine's only has its weights loaded into that engine;
+anything else gets a fresh engine. The engine's process group is killed on
 close() (the replica stopping) and when the replica's process dies, so its memory always comes back.
 """
 from __future__ import annotations
@@ -149,7 +152,7 @@ class VLLMBackend(EvaluatorBackend):
         self.engine: EngineProcess | None = None
         self.signature: str | None = None   # what the running engine holds
         self.load_count = 0
-        self.stats = {"starts": 0, "reloads": 0, "start_s": 0.0, "reload_s": 0.0}
+        self.stats = {"starts": 0, "reloads": 0, "start_s": 0.0, "reload_s": 0.0, "generated_tokens": 0}
         # one submission at a time in the one engine: held from load to unload
         self._busy = threading.Lock()
 
@@ -195,7 +198,8 @@ class VLLMBackend(EvaluatorBackend):
         files = _weight_files(path)
         layout = {name: spec for f in files for name, spec in _tensor_specs(f).items()}
         arch = {k: v for k, v in json.loads((path / "config.json").read_text()).items() if k not in CONFIG_NOISE}
-        signature = hashlib.sha256(json.dumps([arch, sorted(layout.items())], sort_keys=True).encode()).hexdigest()
+        signature = hashlib.sha256(json.dumps([arch, sorted(layout.items()), decoder_identity(tokenizer)],
+                                              sort_keys=True).encode()).hexdigest()
         try:
             if self.engine is not None and self.engine.alive() and signature == self.signature:
                 answer = self.engine.ask(op="reload", model=str(path))
@@ -222,11 +226,12 @@ class VLLMBackend(EvaluatorBackend):
             return []
         ids = [prompt_ids(loaded.tokenizer, p, decoding) for p in prompts]
         # all at once (batch_size does not apply): vLLM's scheduler batches them as its KV cache allows. The engine
-        # has no tokenizer (one engine serves submissions with different ones), so it cannot match stop strings:
-        # replies are cut here, exactly as the transformers backend cuts them, after up to max_new_tokens.
+        # stops each reply at its first stop string; the reply is still decoded and cut here, exactly as the
+        # transformers backend cuts it (the tokens the engine kept end with the one that completed the stop string).
         answer = self.engine.ask(op="generate", prompts=ids, max_tokens=int(decoding.max_new_tokens),
-                                 stop_token_ids=loaded.eos_ids,
+                                 stop_token_ids=loaded.eos_ids, stop=list(decoding.stop),
                                  repetition_penalty=repetition_penalty(decoding, loaded.generation))
+        self.stats["generated_tokens"] += sum(len(out) for out in answer["outputs"])
         return [decoding.cut(reply_text(loaded.tokenizer, out, loaded.eos_ids)) for out in answer["outputs"]]
 
     def weights_digest(self, loaded: LoadedModel) -> str:
@@ -252,6 +257,19 @@ class VLLMBackend(EvaluatorBackend):
         if self.engine is not None:
             self.engine.close()
             self.engine, self.signature = None, None
+
+
+def decoder_identity(tokenizer) -> str:
+    """What the engine's stop strings are matched with: the tokenizer's vocabulary, added tokens (and which are
+    special: replies skip them) and decoder, not how its files are laid out (a trainer re-saving the base's tokenizer
+    keeps the engine)."""
+    if getattr(tokenizer, "is_fast", False):
+        state = json.loads(tokenizer.backend_tokenizer.to_str())
+        kept = {key: state.get(key) for key in ("model", "decoder", "added_tokens")}
+    else:
+        kept = {"vocab": sorted(tokenizer.get_vocab().items()), "class": type(tokenizer).__name__}
+    kept["special"] = sorted(tokenizer.all_special_ids)
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
 def _weight_files(path: Path) -> list[Path]:

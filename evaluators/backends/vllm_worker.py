@@ -4,13 +4,17 @@ evaluators/backends/vllm_backend.py over its stdin (requests) and stdout (answer
     python vllm_worker.py '{"model": DIR, ...LLM keyword arguments}'
       <- {"ok": true, "op": "ready", "start_s": ...}                  once the engine is up (or {"ok": false, "error"})
       -> {"op": "reload", "model": DIR}                              load DIR's weights into the running engine
-      -> {"op": "generate", "prompts": [[ids]], "max_tokens": N, "stop_token_ids": [...], "repetition_penalty": R}
+      -> {"op": "generate", "prompts": [[ids]], "max_tokens": N, "stop_token_ids": [...], "stop": [strings],
+          "repetition_penalty": R}
       <- {"ok": true, "outputs": [[ids]]}                            greedy, one token list per prompt, in order
       -> {"op": "close"}
 
 Only the stdlib and vLLM are imported here (the main environment's packages are not on this interpreter's path).
-The engine gets token ids and returns token ids (no tokenizer of its own): the grader tokenises with the
-submission's own tokenizer and chat template, exactly as the transformers backend does. Everything vLLM prints goes
+The engine gets token ids and returns token ids: the grader tokenises with the submission's own tokenizer and chat
+template, exactly as the transformers backend does, and decodes the reply itself. The engine's tokenizer (the first
+model's; the backend starts a new engine for a submission whose tokenizer decodes otherwise) serves one purpose:
+stopping a reply at its stop strings inside the engine, as the original's vLLM does, instead of decoding
+max_tokens and cutting after. Everything vLLM prints goes
 to stderr; stdout carries only answers. The process group is the engine's: the backend kills it whole on teardown,
 and a watchdog kills it when the grader's process is gone (a SIGKILLed replica leaves no engine behind).
 """
@@ -62,8 +66,7 @@ def main() -> None:
     try:
         from vllm import LLM, SamplingParams
 
-        llm = LLM(args.pop("model"), skip_tokenizer_init=True, worker_extension_cls="vllm_worker.ReloadExtension",
-                  **args)
+        llm = LLM(args.pop("model"), worker_extension_cls="vllm_worker.ReloadExtension", **args)
     except Exception as e:  # noqa: BLE001 - the reason goes to the grader (a submission's 422)
         answer(ok=False, error=f"{type(e).__name__}: {e}")
         return
@@ -80,9 +83,11 @@ def main() -> None:
                 llm.reset_prefix_cache()  # cached blocks hold the old weights' keys and values
                 answer(ok=True, reload_s=time.monotonic() - started)
             elif op == "generate":
+                stop = request.get("stop") or None  # matched on the reply's text only, as the backend cuts it
                 params = SamplingParams(temperature=0.0, max_tokens=request["max_tokens"],
-                                        stop_token_ids=request["stop_token_ids"],
-                                        repetition_penalty=request.get("repetition_penalty", 1.0), detokenize=False)
+                                        stop_token_ids=request["stop_token_ids"], stop=stop,
+                                        repetition_penalty=request.get("repetition_penalty", 1.0),
+                                        detokenize=stop is not None)
                 outputs = llm.generate([{"prompt_token_ids": ids} for ids in request["prompts"]], params,
                                        use_tqdm=False)
                 answer(ok=True, outputs=[list(out.outputs[0].token_ids) for out in outputs])
