@@ -1,8 +1,9 @@
 """Preflight: what a sweep checks before it starts anything, each failure one line naming what to change.
 
 - What this machine lacks (`missing`; the dry run prints it): driver and judge keys not set, agent CLIs not
-  installed, task data not present, base models not in the cache. None of these stops a dry run; a real run refuses
-  a missing key or CLI with the same words when it gets there.
+  installed, and what `python -m orchestrator prepare` fetches (task data, base and known models, the released
+  original: orchestrator/artefacts.py). None of these stops a dry run; a real run refuses a missing key or CLI with
+  the same words when it gets there, and a missing artefact when it reserves GPUs (artefacts.check_artefacts).
 - Config that cannot work: a driver's key not set, a task that does not build, a folder that cannot be written.
 - The agents' python, run in a sandbox made as a cell's is; on a cluster, that every node shares the output folders.
 - Reservations that can never be met, refused before anything waits on them. Ray queues a placement group that no
@@ -33,7 +34,6 @@ EMULATED_GPU = "emulated_gpu"
 def missing(cells: list[CellSpec], cache_dir: Path, cli_path: list[str]) -> list[str]:
     from agents.cli.session import CliUnavailable
     from agents.kinds import agent_kind
-    from contracts.task import load_task
     from orchestrator.sweep import judge_drivers
 
     out: list[str] = []
@@ -58,32 +58,12 @@ def missing(cells: list[CellSpec], cache_dir: Path, cli_path: list[str]) -> list
             except CliUnavailable as e:
                 out.append(f"agent CLI: {e}")
 
-    from contracts import original
-    from orchestrator.original_workspace import paper_side
+    # what is fetched or built once (the list `python -m orchestrator prepare` fetches: orchestrator/artefacts.py)
+    from orchestrator.artefacts import missing_artefacts, prepare_command
 
-    n_paper = sum(paper_side(c) for c in cells)
-    if n_paper and not (original.wheel_store() / original.WHEEL).is_file():
-        out.append(f"the released original ({original.RELEASE}: the start.sh and texts of {n_paper} paper cells' "
-                   f"agents) is not in {original.wheel_store()}: it is fetched once at the first such cell "
-                   "(`python -m contracts.original` fetches it now)")
-    for task in tasks:
-        try:
-            out += load_task(task, cache_dir).missing_data()
-        except Exception as e:  # noqa: BLE001 - a dry run reports, it does not stop
-            out.append(f"task {task.name}: {type(e).__name__}: {e}")
-        for role, model in [("base model", task.base_model), *(("known model", m) for m in task.known_models)]:
-            if "/" in model and not Path(model).expanduser().exists() and not _model_cached(model, cache_dir):
-                out.append(f"{role} {model} ({task.name}) is not in {cache_dir / 'models'}: it is fetched "
-                           "once " + ("at the first cell" if role == "base model" else "when its grader starts")
-                           + " (needs the network and the disk)")
+    command = prepare_command()
+    out += [artefact.missing_line(command) for artefact in missing_artefacts(cells, cache_dir)]
     return out
-
-
-def _model_cached(repo_id: str, cache_dir: Path) -> bool:
-    from huggingface_hub import try_to_load_from_cache
-
-    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=str(cache_dir / "models" / "hub"))
-    return isinstance(found, str)
 
 
 # -- config --------------------------------------------------------------------------------------------------------

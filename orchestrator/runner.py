@@ -14,6 +14,7 @@ from contracts import registry
 from contracts.layout import Layout
 from contracts.specs import CellOptions, CellSpec, to_plain
 from orchestrator import sandbox
+from orchestrator.artefacts import check_artefacts
 from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
 from orchestrator.preflight import (EMULATED_GPU, check_agents_python, check_nodes_share, check_reservations,
                                      check_paper_cells, check_tasks, check_writable, driver_keys,
@@ -168,6 +169,7 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
     print(f"[a2rl] sweep {cfg.sweep.name}: {len(cells)} cells, {len(plan.to_run)} to run -> {layout.output_dir}",
           file=out)
     if plan.to_run:
+        check_artefacts(plan.to_run, layout.cache_dir, emulated, bool(cfg.get("allow_fetch_in_cells")), out)
         ledger.set_pending([c.cell_id for c in plan.to_run])
         run_trials(cfg, layout, ledger, plan, sandboxed, emulated, out)
     from orchestrator.summary import print_a2rl_bugs, print_summary

@@ -202,7 +202,9 @@ def test_paper_grid_dry_run_says_what_is_missing_and_starts_nothing(tmp_path):
                      "agent CLI: agent claude_code", "agent CLI: agent openhands: the `openhands` executable",
                      "agent CLI: agent rdagent: rdagent 1.0.0 cannot run a2rl cells", "task gsm8k: openai/gsm8k",
                      "alpacaeval: eval set",
-                     "base model Qwen/Qwen2.5-1.5B-Instruct (webshop)"):
+                     "model Qwen/Qwen2.5-1.5B-Instruct (base model of alfworld, webshop, deepsearchqa; known model "
+                     "of gsm8k, humaneval, alpacaeval) is not in",
+                     "`python -m orchestrator prepare sweep=paper_grid"):
         assert expected in text, expected
     assert not (tmp_path / "out" / "ledger.sqlite").exists()
 

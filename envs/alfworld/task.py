@@ -112,6 +112,36 @@ class AlfWorldTask(InteractiveTask):
         return self.cache_dir / "original" / original.VERSION_DIR / REACT_PROMPTS
 
     def missing_data(self) -> list[str]:
+        return self._missing_games() + self._missing_examples()
+
+    def _missing_games(self) -> list[str]:
+        """data_path set to a folder without upstream games: `prepare` fetches them there (envs.alfworld.download)."""
+        from envs.alfworld import download
+        from envs.alfworld.real_data import resolve_data_root
+
+        if not self.data_path:
+            return []
+        try:
+            resolve_data_root(self.data_path)
+            if download.complete(self.data_path) is not False:
+                return []
+        except FileNotFoundError:
+            pass
+        return [f"task {self.name}: no ALFWorld json_2.1.1 games under data_path={self.data_path} (the alfworld "
+                "package's release archives, ~2 GB by the original's count)"]
+
+    def fetch_data(self, sources: dict) -> None:
+        """What missing_data() names: the upstream games into data_path, with the alfworld package's downloader
+        (sources["alfworld"]: the releases' base URL; sources["sha256"]: pinned digests); the released original's
+        ReAct examples (protocol paper)."""
+        if self._missing_games():
+            from envs.alfworld import download
+
+            download.fetch(self.data_path, sources["alfworld"], sources.get("sha256"))
+        if self.protocol == "paper":
+            self.examples  # noqa: B018 - fetches and extracts the released original where it is missing
+
+    def _missing_examples(self) -> list[str]:
         if self.protocol != "paper" or self.examples_path().is_file():
             return []
         if self.react_prompts:

@@ -341,6 +341,26 @@ correctly**.
                      "unused_size": max(0, total - len(train) - n_eval), "total_size": total})
         (target / "split_meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
 
+    def missing_data(self) -> list[str]:
+        """The real set by its hub id, not in the Hugging Face cache yet (`prepare` fetches it; a run would at
+        first use)."""
+        local = str(self.data_path or "")
+        if not local or local.startswith((".", "/", "~")) or local.count("/") != 1:
+            return []
+        from huggingface_hub import constants
+
+        if (Path(constants.HF_HUB_CACHE) / f"datasets--{local.replace('/', '--')}").is_dir():
+            return []
+        return [f"task {self.name}: the DeepSearchQA set {local} is not in the Hugging Face cache: it downloads at "
+                "first use (needs the network)"]
+
+    def fetch_data(self, sources: dict) -> None:
+        """The real set, loaded by the code the task reads it with (that fills the Hugging Face cache)."""
+        if self.missing_data():
+            from envs.deepsearchqa.real_data import load_rows
+
+            load_rows(self.data_path)
+
     def original_source(self):
         """The real set as a `datasets.Dataset`, loaded as the original loads it: a dataset id with
         `load_dataset(id, split="eval")`; a local DSQA-full.csv (or a folder holding it) with the csv builder the

@@ -117,6 +117,23 @@ class WebShopTask(InteractiveTask):
                 (target / "human_trajectories").symlink_to(source.absolute())
         (target / ".downloaded").touch()
 
+    def missing_data(self) -> list[str]:
+        """data_path set to a folder without WebShop's files: `prepare` fetches them there (envs.webshop.download)."""
+        from envs.webshop import download
+
+        if not self.data_path or not (absent := download.missing(self.data_path)):
+            return []
+        return [f"task {self.name}: no {', '.join(absent)} in data_path={self.data_path} (WebShop's 1,000-product "
+                "files, as the original's data.py fetches them)"]
+
+    def fetch_data(self, sources: dict) -> None:
+        """What missing_data() names: WebShop's files into data_path (sources["webshop"]: the URL template with
+        {id}, a Google Drive file id; sources["sha256"]: pinned digests)."""
+        if self.missing_data():
+            from envs.webshop import download
+
+            download.fetch(self.data_path, sources["webshop"], sources.get("sha256"))
+
     # -- rows -------------------------------------------------------------------------------------------------
     @cached_property
     def rows_dir(self) -> Path:

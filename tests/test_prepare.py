@@ -1,0 +1,251 @@
+"""`python -m orchestrator prepare`: a sweep's models, datasets and upstream archives fetched from servers on
+loopback that speak the hub's protocol (HF_ENDPOINT) and the upstream download URLs' layouts (ALFWorld's release
+archives, WebShop's Drive files), resumed after a cut transfer, refused on a checksum that does not match, a second
+run that asks the network nothing; and the refusal of a GPU sweep that would fetch while it holds its GPUs."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, compose
+from tests.support.hub_server import HubServer
+
+MODEL, SIBLING, DATASET = "a2rl-test/tiny-base", "a2rl-test/tiny-sibling", "a2rl-test/gsm8k"
+RELEASES = "/alfworld/alfworld/releases/download"
+WEBSHOP = "/download?id={id}&export=download&confirm=t"  # Google Drive's layout (the id in the query)
+GAME = "json_2.1.1/train/pick_and_place_simple-Mug-None-CoffeeMachine-1/trial_T0"
+
+
+def parquet(rows: list[dict]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), out)
+    return out.getvalue()
+
+
+def zipped(files: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+GSM8K_README = b"""---
+configs:
+- config_name: main
+  data_files:
+  - split: train
+    path: main/train-*
+  - split: test
+    path: main/test-*
+---
+"""
+
+
+def tiny_model() -> dict[str, bytes]:
+    """A model repo's files (config.json, weights as safetensors): what prepare fetches and checks, never loads."""
+    import numpy as np
+    from safetensors.numpy import save
+
+    config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 64, "hidden_size": 16,
+              "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}
+    weights = save({"model.embed_tokens.weight": np.random.default_rng(0).standard_normal((64, 16), np.float32)})
+    return {"config.json": json.dumps(config).encode(), "model.safetensors": weights,
+            "generation_config.json": b"{}"}
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    """The hub (a tiny model built here, its sibling, a GSM8K-shaped dataset) and the archives' upstream URLs."""
+    from envs.alfworld import download as alfworld_download
+    from envs.webshop import download as webshop_download
+
+    model = tiny_model()
+    server = HubServer().start()
+    server.add_repo("model", MODEL, model)
+    server.add_repo("model", SIBLING, model)
+    rows = [{"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(6)]
+    server.add_repo("dataset", DATASET, {"README.md": GSM8K_README, "main/train-00000-of-00001.parquet": parquet(rows),
+                                         "main/test-00000-of-00001.parquet": parquet(rows[:3])})
+    # a few hundred KB each, as the real files are large: a cut transfer has written some of it
+    traj = json.dumps({"task_type": "pick_and_place_simple", "pddl_params": {}, "turk_annotations": {
+        "anns": [{"task_desc": "put a clean mug in the coffee machine"}] * 4000}}).encode()
+    game = json.dumps({"solvable": True, "pddl_domain": "(define (domain alfred))", "grammar": "",
+                       "pddl_problem": "(define (problem p))", "walkthrough": []}).encode()
+    pddl = b"(define (problem p)\n" + b" (objects mug_1)\n" * 8000 + b")"
+    layout = {"json_2.1.1_json.zip": {f"{GAME}/traj_data.json": traj},
+              "json_2.1.1_pddl.zip": {f"{GAME}/initial_state.pddl": pddl},
+              "json_2.1.2_tw-pddl.zip": {f"{GAME}/game.tw-pddl": game}}
+    for archive, url in alfworld_download.archives("http://upstream" + RELEASES).items():
+        server.add_file(url.removeprefix("http://upstream"), zipped(layout[archive]))
+    for name, file_id in webshop_download.FILES.items():
+        server.add_file(WEBSHOP.format(id=file_id), json.dumps([{"asin": "B0", "name": name}] * 3000).encode())
+    yield server
+    server.stop()
+
+
+def env_for(server: HubServer, home: Path) -> dict:
+    """Loopback only: the hub at HF_ENDPOINT, fresh caches, the alfworld downloader's temp folder under home."""
+    env = {**os.environ, "HF_ENDPOINT": server.url, "HF_HOME": str(home / "hf"), "HF_HUB_OFFLINE": "0",
+           "HF_DATASETS_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1", "TMPDIR": str(home / "tmp"),
+           "A2RL_ORIGINAL_WHEEL_DIR": str(home / "wheels"), "RAY_AUTH_MODE": "disabled", "NO_PROXY": "*",
+           "PYTHONPATH": str(ROOT)}
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def sweep_args(server: HubServer, home: Path) -> list[str]:
+    tasks = (f"[{{name:gsm8k,protocol:a2rl,dataset:'{DATASET}',base_model:'{MODEL}',known_models:['{SIBLING}']}},"
+             f"{{name:alfworld,protocol:a2rl,base_model:'{MODEL}',data_path:'{home}/alfworld'}},"
+             f"{{name:webshop,protocol:a2rl,base_model:'{MODEL}',data_path:'{home}/webshop'}}]")
+    return ["sweep=demo", "sweep.agents=[copy_base]", "sweep.seeds=[0]", f"sweep.tasks={tasks}",
+            f"cache_dir={home}/cache", f"output_dir={home}/out", "logger=none",
+            f"downloads.alfworld={server.url}{RELEASES}", f"downloads.webshop='{server.url}{WEBSHOP}'"]
+
+
+def orchestrator(args: list[str], env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def status_of(table: str, artefact: str) -> str:
+    line = next(line for line in table.splitlines() if line.startswith(artefact))
+    return re.split(r"\s{2,}", line.strip())[-1]
+
+
+def test_prepare_fetches_resumes_and_then_fetches_nothing(upstream, tmp_path):
+    env = env_for(upstream, tmp_path)
+    args = sweep_args(upstream, tmp_path)
+    dry = orchestrator([*args, "dry_run=true"], env)
+    assert dry.returncode == 0, dry.stderr
+    for what in (f"model {MODEL}", f"model {SIBLING}", "a2rl-test/gsm8k (main) is not in the Hugging Face cache",
+                 "no ALFWorld json_2.1.1 games", "no items_shuffle_1000.json"):
+        assert what in dry.stdout, dry.stdout
+    assert "`python -m orchestrator prepare sweep=demo" in dry.stdout
+
+    # the first try is cut mid-file for one ALFWorld archive and one WebShop file: those two fail, the rest arrive
+    upstream.cut("json_2.1.1_pddl.zip")
+    upstream.cut(upstream_id("items_human_ins.json"))
+    first = orchestrator(["prepare", *args], env)
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert status_of(first.stdout, f"model {MODEL}") == "fetched"
+    assert status_of(first.stdout, "data of task gsm8k") == "fetched"
+    assert status_of(first.stdout, "data of task alfworld") == "failed"
+    assert status_of(first.stdout, "data of task webshop") == "failed"
+    assert "run the same command again" in first.stdout
+
+    # the second resumes both cut transfers where they stopped (a Range request), and fetches nothing else
+    upstream.requests.clear()
+    second = orchestrator(["prepare", *args], env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert status_of(second.stdout, "data of task alfworld") == "fetched"
+    assert status_of(second.stdout, "data of task webshop") == "fetched"
+    assert status_of(second.stdout, f"model {MODEL}") == "already there"
+    ranged = {path for method, path, range_ in upstream.requests if range_}
+    assert any(p.endswith("json_2.1.1_pddl.zip") for p in ranged), upstream.requests
+    assert any(upstream_id("items_human_ins.json") in p for p in ranged), upstream.requests
+    assert not any("/api/" in path for _, path, _ in upstream.requests)  # the hub was not asked again
+    record = json.loads((tmp_path / "webshop" / ".a2rl-prepare.json").read_text())
+    body = upstream.files[WEBSHOP.format(id=upstream_id("items_human_ins.json"))][0]
+    assert record["items_human_ins.json"]["sha256"] == hashlib.sha256(body).hexdigest()
+    assert (tmp_path / "alfworld" / GAME / "game.tw-pddl").is_file()
+    assert re.search(r"revision [0-9a-f]{12}", second.stdout)
+
+    # a third run asks nothing of anyone, and the dry run lists nothing the network would give
+    upstream.requests.clear()
+    third = orchestrator(["prepare", *args], env)
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "nothing fetched: all" in third.stdout, third.stdout
+    assert upstream.requests == []
+    dry = orchestrator([*args, "dry_run=true"], env)
+    assert "prepare sweep=demo" not in dry.stdout, dry.stdout
+    assert upstream.requests == []
+
+
+def upstream_id(name: str) -> str:
+    from envs.webshop.download import FILES
+
+    return FILES[name]
+
+
+def test_a_checksum_that_does_not_match_is_refused_and_named(upstream, tmp_path, monkeypatch):
+    import tempfile
+
+    from envs.alfworld import download as alfworld_download
+    from envs.webshop import download as webshop_download
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the alfworld downloader keeps partial files
+    with pytest.raises(webshop_download.DownloadRefused, match=r"items_ins_v2_1000.json .* has sha256 [0-9a-f]{64}, "
+                                                                 r"not the pinned 0{64}"):
+        webshop_download.fetch(tmp_path / "webshop", upstream.url + WEBSHOP, {"items_ins_v2_1000.json": "0" * 64})
+    assert not (tmp_path / "webshop" / "items_ins_v2_1000.json").exists()
+    assert not (tmp_path / "webshop" / "items_ins_v2_1000.json.part").exists()
+    with pytest.raises(alfworld_download.DownloadRefused, match=r"json_2.1.1_json.zip .* not the pinned f{64}"):
+        alfworld_download.fetch(tmp_path / "alfworld", upstream.url + RELEASES, {"json_2.1.1_json.zip": "f" * 64})
+    assert not list((tmp_path / "alfworld").rglob("traj_data.json"))
+
+
+def test_the_released_original_is_checked_against_its_pin(tmp_path):
+    """pip fetches the wheel from the index it is given (here one on loopback whose wheel is not the pinned one):
+    refused, named, nothing kept in the wheel store."""
+    from contracts import original
+
+    info = "rdagent-1.0.0.dist-info"
+    wheel = zipped({"rdagent/__init__.py": b"",  # a valid wheel that pip accepts, but not the released one
+                    f"{info}/METADATA": b"Metadata-Version: 2.1\nName: rdagent\nVersion: 1.0.0\n",
+                    f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+                    f"{info}/RECORD": b""})
+    server = HubServer().start()
+    server.add_file("/simple/rdagent/", f'<a href="/files/{original.WHEEL}">{original.WHEEL}</a>'.encode(),
+                    "text/html")
+    server.add_file(f"/files/{original.WHEEL}", wheel)
+    try:
+        env = {**os.environ, "PIP_INDEX_URL": server.url + "/simple", "PIP_NO_CACHE_DIR": "1",
+               "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "",
+               "A2RL_ORIGINAL_WHEEL_DIR": str(tmp_path / "store")}
+        code = ("from contracts import original\ntry:\n    original.fetch_wheel()\nexcept original.OriginalUnavailable"
+                " as e:\n    print('REFUSED', e)")
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=120)
+    finally:
+        server.stop()
+    assert f"REFUSED the downloaded {original.WHEEL} has sha256" in out.stdout, out.stdout + out.stderr
+    assert original.SHA256 in out.stdout
+    assert not (tmp_path / "store" / original.WHEEL).exists()
+
+
+def test_a_gpu_sweep_missing_an_artefact_refuses_in_one_line(tmp_path, monkeypatch):
+    from contracts.specs import ConfigError
+    from orchestrator.artefacts import check_artefacts
+    from orchestrator.sweep import expand
+
+    monkeypatch.setattr(sys, "argv", ["orchestrator", "sweep=demo", "task=gsm8k"])
+    cfg = compose(["sweep=demo", "task=gsm8k", "task.protocol=a2rl", f"task.base_model={MODEL}",
+                   "task.dataset=a2rl-tests/no-such-gsm8k",
+                   f"cache_dir={tmp_path}", "sweep.budget.gpus=1"])
+    cells = expand(cfg)
+    with pytest.raises(ConfigError) as refused:
+        check_artefacts(cells, tmp_path, emulated=False, allow_fetch_in_cells=False, out=io.StringIO())
+    line = str(refused.value)
+    assert "\n" not in line
+    assert line.startswith(f"model {MODEL} is not on this machine (and 1 more)"), line
+    assert "run `python -m orchestrator prepare sweep=demo task=gsm8k` first (or allow_fetch_in_cells=true)" in line
+
+    # allowed, or with no real GPU held (CPU cells, emulated GPUs): it starts, and says what it will fetch
+    for emulated, allowed in ((False, True), (True, False)):
+        said = io.StringIO()
+        check_artefacts(cells, tmp_path, emulated=emulated, allow_fetch_in_cells=allowed, out=said)
+        assert "2 artefacts are fetched while cells run" in said.getvalue()
+        assert f"model {MODEL} (base model of gsm8k)" in said.getvalue()
