@@ -54,10 +54,12 @@ def alpaca_data(folder: Path, n: int) -> Path:
 
 
 def one_submission(task, model_dir, judge) -> dict:
+    import torch
+
     from evaluators.backends import make_backend
     from evaluators.evaluate import evaluate
 
-    backend = make_backend(task.grader)
+    backend = make_backend(task.backend_settings(gpu=torch.cuda.is_available()))
     t0 = time.perf_counter()
     result = evaluate(task, backend, model_dir, judge=judge)
     return {"items": result["n"], "total_s": round(time.perf_counter() - t0, 1),

@@ -44,9 +44,11 @@ def gsm8k_stand_in(folder: Path, n_train: int, n_test: int) -> Path:
 
 def submission(task, model_dir: Path) -> dict:
     """evaluate() split into its stages (the same calls evaluate_loaded makes)."""
+    import torch
+
     from evaluators.backends import make_backend
 
-    backend = make_backend(task.grader)
+    backend = make_backend(task.backend_settings(gpu=torch.cuda.is_available()))
     rows = task.eval_rows()
     t0 = time.perf_counter()
     loaded = backend.load(model_dir)

@@ -50,7 +50,7 @@ def main() -> None:
             task = load_task({**conf, "name": f"webshop_bench_{protocol}", "protocol": protocol,
                               "n_products": args.products, "n_eval": args.n_eval, "final_size": 0,
                               "eval_salt": "bench", "base_model": args.model}, Path(tmp) / "cache")
-            backend = make_backend(task.grader)
+            backend = make_backend(task.backend_settings(gpu=torch.cuda.is_available()))
             loaded = backend.load(model_dir)
             prompts: list[int] = []
             generate = backend.generate

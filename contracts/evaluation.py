@@ -24,6 +24,7 @@ class Evaluation:
     identity: dict | None = None    # its distances to the base and the known models (evaluators/identity.py)
     known_checkpoint: dict | None = None  # the known public sibling it is flagged as (None: none)
     retention: dict | None = None   # the final split: its score on the retention task beside the base's there
+    backend: str | None = None      # the evaluator backend that scored it (transformers, vllm): replies differ by it
 
     @classmethod
     def lost(cls, cause: str) -> Evaluation:

@@ -7,6 +7,8 @@ for an interactive task, one episode per eval instance of its environment.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import inspect
 import json
 import random
@@ -228,6 +230,25 @@ For each eval {self.item} the grader {asks}.{needs}
         judge_driver()."""
         return [{"id": row["id"], "completion": c, "score": float(self.score(c, row))}
                 for row, c in zip(rows, completions)]
+
+    # the original's vLLM context for this task under the paper's protocol (its engine's max_model_len; None: the
+    # model's own)
+    original_max_model_len: int | None = None
+
+    def backend_name(self, gpu: bool) -> str:
+        """The backend the grader runs: `auto` is the original's engine where it can run, vLLM for a task graded as
+        the paper on a GPU (gpu: the replica has one), else transformers."""
+        if self.grader.backend != "auto":
+            return self.grader.backend
+        return "vllm" if self.protocol == "paper" and self.grader.num_gpus > 0 and gpu else "transformers"
+
+    def backend_settings(self, gpu: bool) -> GraderSettings:
+        """The grader's settings as its backend gets them: `auto` resolved; a vLLM engine grading as the paper gets
+        the original's context for the task, unless the config sets max_model_len."""
+        grader = dataclasses.replace(self.grader, backend=self.backend_name(gpu))
+        if self.protocol == "paper" and grader.backend == "vllm" and grader.max_model_len is None:
+            return dataclasses.replace(grader, max_model_len=self.original_max_model_len)
+        return grader
 
     def summarize(self, items: list[dict], rows: list[dict]) -> dict:
         """The submission's score (a percentage, as in the paper) and any further metrics of the task."""

@@ -54,7 +54,8 @@ class Evaluator:
         self.task = build_task(spec, cache_dir, task_cls)
         # the feedback split (what /submit answers with) and the held-out final split (scored once per run)
         self.rows = {"eval": self.task.eval_rows(), "final": self.task.final_rows()}
-        self.backend = make_backend(spec.grader)
+        self.backend_settings = self.task.backend_settings(gpu=torch.cuda.is_available())
+        self.backend = make_backend(self.backend_settings)
         root = Path(cache_dir) / "grading" / spec.name / split_key(spec.config)
         self.scores = {"eval": ScoreCache(root), "final": ScoreCache(root / "final")}
         self.base_dir = resolve_base_model(spec.base_model, Path(cache_dir) / "models")
@@ -118,7 +119,8 @@ class Evaluator:
         """The base model's scores (None while a judged task's are not scored yet), its digest, the split sizes."""
         return {"baseline_score": self.baseline["eval"], "final_baseline_score": self.baseline["final"],
                 "base_digest": self.base_digest, "n_eval": len(self.rows["eval"]), "n_final": len(self.rows["final"]),
-                "judge_agreement": self.judge_agreement, "memory_bound": self.memory_bound}
+                "judge_agreement": self.judge_agreement, "memory_bound": self.memory_bound,
+                "backend": self.backend_settings.backend}
 
     async def scored_baseline(self) -> dict:
         await self.ensure_baseline()
@@ -135,7 +137,7 @@ class Evaluator:
             loaded = await asyncio.to_thread(self._load, Path(model_dir))
         except Refusal as e:
             return e
-        out = Evaluation()
+        out = Evaluation(backend=self.backend_settings.backend)
         # the scan runs beside the evaluation (pure Python beside torch): it adds little to the replica's time
         scanning = None if workspace is None else asyncio.ensure_future(
             asyncio.to_thread(self.hidden.survey, Path(workspace), given))

@@ -443,6 +443,7 @@ class Grader(RunClosing):
             "total_submissions": submission_id, "remaining_submissions": run.remaining_submissions,
             "elapsed_s": now - run.started_at, "eval_s": result.eval_s, "flags": result.flags,
             "error": result.error, "digest": result.digest, "code_commit": commit,
+            "backend": result.backend,  # what decoded its replies: transformers and vLLM's numerics differ
         }
         if result.metrics:
             record["metrics"] = result.metrics  # e.g. a win rate beside the LC one, the success rate beside reward

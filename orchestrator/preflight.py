@@ -31,7 +31,7 @@ EMULATED_GPU = "emulated_gpu"
 
 # -- what this machine lacks ---------------------------------------------------------------------------------------
 
-def missing(cells: list[CellSpec], cache_dir: Path, cli_path: list[str]) -> list[str]:
+def missing(cells: list[CellSpec], cache_dir: Path, cli_path: list[str], emulated: bool = False) -> list[str]:
     from agents.cli.session import CliUnavailable
     from agents.kinds import agent_kind
     from orchestrator.sweep import judge_drivers
@@ -63,7 +63,7 @@ def missing(cells: list[CellSpec], cache_dir: Path, cli_path: list[str]) -> list
 
     command = prepare_command()
     out += [artefact.missing_line(command) for artefact in missing_artefacts(cells, cache_dir)]
-    return out
+    return out + vllm_missing(cells, emulated)
 
 
 # -- config --------------------------------------------------------------------------------------------------------
@@ -99,6 +99,26 @@ def check_tasks(cells: list[CellSpec]) -> None:
             load_task(task)
         except (ValueError, TypeError) as e:  # a ConfigError already, or a constructor's check of its knobs
             raise ConfigError(str(e)) from None
+
+
+def vllm_missing(cells: list[CellSpec], emulated: bool) -> list[str]:
+    """The tasks graded with vLLM (grader.backend auto picks it for a paper task on a real GPU) on a machine without
+    its environment, one line each."""
+    from contracts.task import load_task
+    from evaluators.backends.vllm_backend import environment_missing
+
+    problem = environment_missing()
+    if not problem:
+        return []
+    tasks = {c.task_name: c.task for c in cells}.values()
+    return [f"task {spec.name}: {problem}; or grade it with task.grader.backend=transformers" for spec in tasks
+            if load_task(spec).backend_name(gpu=not emulated) == "vllm"]
+
+
+def check_vllm(cells: list[CellSpec], emulated: bool) -> None:
+    problems = vllm_missing(cells, emulated)
+    if problems:
+        raise ConfigError(problems[0])
 
 
 def check_paper_cells(cells: list[CellSpec], sandbox_cfg: dict) -> None:

@@ -17,7 +17,7 @@ from orchestrator import sandbox
 from orchestrator.artefacts import check_artefacts
 from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
 from orchestrator.preflight import (EMULATED_GPU, check_agents_python, check_nodes_share, check_reservations,
-                                     check_paper_cells, check_tasks, check_writable, driver_keys,
+                                     check_paper_cells, check_tasks, check_vllm, check_writable, driver_keys,
                                      resources_of)
 from orchestrator.records import reconcile
 from orchestrator.sweep import check_cluster, expand
@@ -76,7 +76,8 @@ def print_services_and_missing(cfg, plan: Plan, out=sys.stdout) -> None:
         print(f"graders: {grader_gpus:g} GPUs of their own ({len(tasks)} tasks), held while the sweep runs: at least "
               f"{grader_gpus * longest:.1f} GPU-hours (the longest cell's {longest:g} h), more while cells queue",
               file=out)
-    lacks = missing(plan.to_run, Path(cfg.cache_dir).expanduser(), to_plain(cfg.get("cli_path")) or [])
+    lacks = missing(plan.to_run, Path(cfg.cache_dir).expanduser(), to_plain(cfg.get("cli_path")) or [],
+                    bool(cfg.cluster.emulated_gpus))
     if lacks:
         print(f"\nmissing on this machine ({len(lacks)}):", file=out)
         for line in lacks:
@@ -151,6 +152,7 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
         print_services_and_missing(cfg, plan, out)
         return plan
 
+    check_vllm(cells, emulated)
     # (not the workspace root: on a cluster it is the nodes' shared path, which this machine may not mount)
     check_writable({"output_dir": layout.output_dir, "cache_dir": layout.cache_dir})
     sandbox.Settings.from_cfg(to_plain(cfg.sandbox))  # a bad sandbox setting is one line, before anything starts

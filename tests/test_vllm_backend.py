@@ -106,6 +106,37 @@ def test_settings_are_grader_runtime_keys_and_mistakes_name_the_fix(monkeypatch)
         VLLMBackend(device="cpu", python=sys.executable)
 
 
+def test_backend_auto_grades_a_paper_task_on_a_gpu_with_vllm_at_the_originals_context(monkeypatch):
+    """`grader.backend: auto` (the paper tasks' configs): vLLM for a task graded as the paper on a GPU, with the
+    original's max_model_len for the task; transformers on a CPU, under a2rl's protocol, or when named. A sweep that
+    would grade with vLLM where its environment is missing says so in one line before it starts."""
+    from types import SimpleNamespace
+
+    from contracts.task import load_task
+    from envs.alfworld.task import AlfWorldTask
+    from orchestrator.preflight import check_vllm, vllm_missing
+
+    config = to_plain(compose(["task=humaneval"]).task)
+    assert config["grader"]["backend"] == "auto" and config["protocol"] == "paper"
+    on_gpu = {**config, "grader": {**config["grader"], "num_gpus": 1}}
+    paper = load_task(on_gpu)
+    assert paper.backend_name(gpu=True) == "vllm" and paper.backend_name(gpu=False) == "transformers"
+    assert paper.backend_settings(gpu=True).max_model_len == 32768  # OpenCompass's max_seq_len
+    assert paper.backend_settings(gpu=False).backend == "transformers"
+    assert load_task({**on_gpu, "protocol": "a2rl"}).backend_name(gpu=True) == "transformers"
+    assert load_task({**on_gpu, "grader": {**on_gpu["grader"], "backend": "transformers"}}).backend_name(True) \
+        == "transformers"
+    own_context = {**on_gpu, "grader": {**on_gpu["grader"], "max_model_len": 2048}}
+    assert load_task(own_context).backend_settings(gpu=True).max_model_len == 2048
+    assert load_task({**config}).backend_name(gpu=True) == "transformers"  # no GPU reserved for its grader
+    assert AlfWorldTask.original_max_model_len == 4096
+    monkeypatch.setenv(VENV_VARIABLE, "/nonexistent/venv")
+    cells = [SimpleNamespace(task_name="humaneval", task=TaskSpec.from_config(on_gpu))]
+    assert vllm_missing(cells, emulated=True) == []  # emulated GPUs: graded on the CPU, with transformers
+    with pytest.raises(ConfigError, match=r"task humaneval: .*scripts/setup --vllm.*backend=transformers"):
+        check_vllm(cells, emulated=False)
+
+
 @needs_vllm
 def test_same_replies_as_transformers_reload_in_place_and_a_fresh_engine_otherwise(cache_dir, tmp_path):
     spec = TaskSpec.from_config(to_plain(compose(["task=arithmetic"]).task))
@@ -216,11 +247,11 @@ def test_replies_stop_inside_the_engine_and_equal_the_cut_replies(cache_dir, mod
         loaded = backend.load(model)
         for name, (kind, decoding) in paper_decodings().items():
             prompts = raw if kind == "raw" else chats
-            before = backend.stats["generated_tokens"]
+            before = backend.generated_tokens
             stopped = backend.generate(loaded, prompts, decoding)
-            middle = backend.stats["generated_tokens"]
+            middle = backend.generated_tokens
             uncut = backend.generate(loaded, prompts, dataclasses.replace(decoding, stop=()))
-            generated[name] = (middle - before, backend.stats["generated_tokens"] - middle)
+            generated[name] = (middle - before, backend.generated_tokens - middle)
             assert stopped == [decoding.cut(reply) for reply in uncut], name
         backend.unload(loaded)
     finally:

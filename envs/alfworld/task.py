@@ -48,6 +48,7 @@ def _expert_demonstrations(job: tuple) -> list[Demonstration]:
 
 @register("task", "alfworld")
 class AlfWorldTask(InteractiveTask):
+    original_max_model_len = 4096  # its eval.py's LLM(max_model_len=4096)
     environment_class = AlfWorldEnvironment
     # a2rl: a chat per step with the admissible commands, the reply matched to one (envs.alfworld.prompt);
     # paper: the original benchmark's raw ReAct transcript, the reply sent as it is (envs.alfworld.paper_prompt)

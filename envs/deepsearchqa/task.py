@@ -48,6 +48,7 @@ SEARCH_DEFAULTS = {"url": None, "query_param": "q", "key_env": None, "key_param"
 
 @register("task", "deepsearchqa")
 class DeepSearchQATask(InteractiveTask):
+    original_max_model_len = 4096  # its eval.py's LLM(max_model_len=4096)
     environment_class = DeepSearchQAEnvironment
     protocols = ("a2rl", "paper")
     original_benchmark = "deepsearchqa"

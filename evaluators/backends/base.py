@@ -24,6 +24,7 @@ class EvaluatorBackend(ABC):
         self.batch_size = int(batch_size)
         self.device = device
         self.torch_threads = torch_threads
+        self.generated_tokens = 0  # tokens decoded so far, a finished row's padding in a batch included: their cost
 
     @classmethod
     def from_settings(cls, settings) -> "EvaluatorBackend":

@@ -96,6 +96,7 @@ class TransformersBackend(EvaluatorBackend):
                 out = loaded.model.generate(input_ids=input_ids.to(self.device),
                                             attention_mask=attention_mask.to(self.device),
                                             generation_config=gen_config, stopping_criteria=stop)
+            self.generated_tokens += len(batch) * (out.shape[1] - width)
             for row, i in enumerate(batch):
                 replies[i] = decoding.cut(reply_text(tok, out[row, width:].tolist(), loaded.eos_ids))
         return replies

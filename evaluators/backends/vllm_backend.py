@@ -50,6 +50,15 @@ def vllm_python() -> Path:
     return Path(os.environ.get(VENV_VARIABLE) or ROOT / ".venv-vllm") / "bin" / "python"
 
 
+def environment_missing(python: Path | None = None) -> str | None:
+    """Why grader.backend=vllm cannot start here (what to run), or None."""
+    python = python or vllm_python()
+    if python.exists():
+        return None
+    return (f"grader.backend=vllm needs the vLLM environment, and {python} does not exist: make it with "
+            f"`scripts/setup --vllm` (or point {VENV_VARIABLE} at one)")
+
+
 class EngineError(InfraError):
     pass
 
@@ -131,9 +140,9 @@ class VLLMBackend(EvaluatorBackend):
                  kv_cache_gb: float | None = None, python: str | Path | None = None):
         super().__init__(batch_size, device, torch_threads)
         self.python = Path(python) if python else vllm_python()
-        if not self.python.exists():
-            raise ConfigError(f"grader.backend=vllm needs the vLLM environment, and {self.python} does not exist: "
-                              f"make it with `scripts/setup --vllm` (or point {VENV_VARIABLE} at one)")
+        problem = environment_missing(self.python)
+        if problem:
+            raise ConfigError(problem)
         if device == "auto":
             import torch
 
@@ -152,7 +161,7 @@ class VLLMBackend(EvaluatorBackend):
         self.engine: EngineProcess | None = None
         self.signature: str | None = None   # what the running engine holds
         self.load_count = 0
-        self.stats = {"starts": 0, "reloads": 0, "start_s": 0.0, "reload_s": 0.0, "generated_tokens": 0}
+        self.stats = {"starts": 0, "reloads": 0, "start_s": 0.0, "reload_s": 0.0}
         # one submission at a time in the one engine: held from load to unload
         self._busy = threading.Lock()
 
@@ -231,7 +240,7 @@ class VLLMBackend(EvaluatorBackend):
         answer = self.engine.ask(op="generate", prompts=ids, max_tokens=int(decoding.max_new_tokens),
                                  stop_token_ids=loaded.eos_ids, stop=list(decoding.stop),
                                  repetition_penalty=repetition_penalty(decoding, loaded.generation))
-        self.stats["generated_tokens"] += sum(len(out) for out in answer["outputs"])
+        self.generated_tokens += sum(len(out) for out in answer["outputs"])
         return [decoding.cut(reply_text(loaded.tokenizer, out, loaded.eos_ids)) for out in answer["outputs"]]
 
     def weights_digest(self, loaded: LoadedModel) -> str:

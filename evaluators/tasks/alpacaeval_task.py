@@ -101,6 +101,7 @@ class PairwiseTask(Task):
 
 @register("task", "alpacaeval")
 class AlpacaEvalTask(PairwiseTask):
+    original_max_model_len = 4096  # its eval.py's LLM(max_model_len=4096)
     protocols = ("a2rl", "paper")
     original_benchmark = "alpacaeval"
     original_exposed = ("eval.py",)

@@ -61,6 +61,7 @@ def gsm8k_score(completion: str, answer: str) -> float:
 
 @register("task", "gsm8k")
 class Gsm8kTask(Task):
+    original_max_model_len = 32768  # OpenCompass's VLLMwithChatTemplate as RD-Agent configures it (max_seq_len)
     protocols = ("a2rl", "paper")
     original_benchmark = "gsm8k"
     item = "problem"

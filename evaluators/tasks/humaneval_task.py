@@ -94,6 +94,7 @@ def original_row(problem: dict) -> dict:
 
 @register("task", "humaneval")
 class HumanEvalTask(Task):
+    original_max_model_len = 32768  # OpenCompass's VLLMwithChatTemplate as RD-Agent configures it (max_seq_len)
     item = "problem"
     protocols = ("a2rl", "paper")
     original_benchmark = "humaneval"
