@@ -1,7 +1,8 @@
 """The sweep report: `python -m orchestrator report output_dir=DIR [filters]` -> DIR/report/.
 
 Writes report.md (the tables, rendered by report_markdown), PNG figures, Parquet exports (cells, events and every
-table) for pandas and the notebook, refreshes each started cell's run report (and, with `analysis.summarize`, its
+table) for pandas and the notebook, the viewer's pages as static files (report/viewer/index.html: orchestrator.viewer),
+refreshes each started cell's run report (and, with `analysis.summarize`, its
 LLM-written summary: run_summary), and logs the same tables and figures to one W&B run.
 It works on a partially finished sweep: the tables cover finished cells and the report says how many are
 missing.
@@ -41,7 +42,7 @@ def build_report(output_dir: str | Path, filters: dict | None = None, wandb_cfg:
         for old in report_dir.glob(pattern):
             old.unlink()
 
-    by_cell = _events_by_cell(events)
+    by_cell = events_by_cell(events)
     cells, reports = _with_cell_reports(output_dir, cells, by_cell)
     out = compute_tables(cells, events, success_threshold=success_threshold, n_boot=n_boot, seed=seed)
     out["manifest"] = manifest.summary(output_dir)
@@ -64,13 +65,17 @@ def build_report(output_dir: str | Path, filters: dict | None = None, wandb_cfg:
     (report_dir / "report.md").write_text(render_markdown(out, cells, filters, figure_paths, success_threshold,
                                                           _summary_texts(output_dir, out["tables"]["summaries"]),
                                                           summarizer))
+    from orchestrator.viewer import data as viewer_data, static  # (here: the viewer imports this module)
+
+    static.write_site(output_dir, report_dir / "viewer", n_boot=n_boot,
+                      sweep=viewer_data.sweep_data(output_dir, cells, events, reports, out))
 
     if wandb_cfg and wandb_cfg.get("kind", "wandb") != "none":
         log_to_wandb(output_dir, cells, out, figure_paths, wandb_cfg, filters)
     return report_dir
 
 
-def _events_by_cell(events: pd.DataFrame) -> dict[str, list[dict]]:
+def events_by_cell(events: pd.DataFrame) -> dict[str, list[dict]]:
     by_cell: dict[str, list[dict]] = {}
     for e in events[["cell_id", "attempt", "t", "kind", "payload"]].itertuples(index=False):
         by_cell.setdefault(e.cell_id, []).append({"attempt": int(e.attempt), "t": float(e.t), "kind": e.kind,
