@@ -105,13 +105,14 @@ def main() -> None:
         tasks = {
             "gsm8k": {**conf["gsm8k"], "data_path": str(gsm8k_stand_in(Path(tmp) / "gsm8k", 100, args.items))},
             "humaneval": conf["humaneval"],
-            "alfworld": {**SMALL_TASK, "name": "alfworld", "protocol": "paper", "max_steps": 6},
-            "webshop": {**conf["webshop"], "n_products": 300, "n_eval": args.items, "max_steps": 6},
-            "deepsearchqa": {**conf["deepsearchqa"], "n_eval": args.items},
+            "alfworld": {**SMALL_TASK, "name": "alfworld", "max_steps": 6, "eval_salt": "bench"},
+            "webshop": {**conf["webshop"], "n_products": 300, "n_eval": args.items, "max_steps": 6,
+                        "eval_salt": "bench"},
+            "deepsearchqa": {**conf["deepsearchqa"], "n_eval": args.items, "eval_salt": "bench"},
         }
         for name, config in tasks.items():
-            task = load_task({**config, "protocol": "paper", "base_model": args.model, "eval_salt": "bench",
-                              "final_size": 0}, Path(tmp) / "cache")
+            task = load_task({**config, "protocol": "paper", "base_model": args.model, "final_size": 0},
+                             Path(tmp) / "cache")
             rows = task.eval_rows()[:args.items]
             cap = args.max_new_tokens if name in ("gsm8k", "humaneval") else None
             replies, lines, kept = {}, [], 0

@@ -72,8 +72,27 @@ def report_main(cfg: DictConfig) -> None:
     print(f"[a2rl] report written to {path}")
 
 
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def prepare_main(cfg: DictConfig) -> None:
+    """Fetch what the sweep's cells and graders read, before any holds a GPU (orchestrator/prepare.py)."""
+    from orchestrator.prepare import run_prepare
+
+    try:
+        sys.exit(run_prepare(cfg))
+    except ConfigError as e:
+        print(f"a2rl: config error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def view_main() -> None:
+    """Serve a sweep's viewer on loopback (`view output_dir=DIR [host=...] [port=...]`; orchestrator/viewer/)."""
+    from orchestrator.viewer.server import view_main as serve
+
+    serve()
+
+
 # `python -m orchestrator <subcommand> [overrides]`; no subcommand runs a sweep.
-SUBCOMMANDS = {"report": report_main}
+SUBCOMMANDS = {"report": report_main, "prepare": prepare_main, "view": view_main}
 
 
 def main() -> None:
