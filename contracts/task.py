@@ -8,7 +8,6 @@ for an interactive task, one episode per eval instance of its environment.
 from __future__ import annotations
 
 import dataclasses
-
 import inspect
 import json
 import random
