@@ -23,6 +23,11 @@ from contracts.specs import ConfigError
 from contracts.task_spec import GraderSettings, RolloutSettings, TaskSpec
 
 
+# data_path's value for the paper's own data (ALFWorld's json_2.1.1, WebShop's files, DeepSearchQA's set), which
+# `python -m orchestrator prepare` fetches into the cache: the paper protocol's default for the interactive tasks.
+PAPER_DATA = "paper"
+
+
 class Task:
     """Base class. Subclasses fill in the splits, the instructions and the scorer; the chat is one user message."""
 
@@ -36,12 +41,36 @@ class Task:
     # the files of the benchmark's folder a paper cell's workspace links beside description.md and instructions.md.
     original_benchmark: str | None = None
     original_exposed: tuple[str, ...] = ()
+    _data_path: str | None = None  # the config's data_path (see the data_path property)
 
     def __init__(self, spec: TaskSpec):
         self.spec = spec
         self.name = spec.name
         self.protocol = spec.protocol
         self.cache_dir: Path = default_cache_dir()  # where a task keeps what it builds (build_task may say otherwise)
+
+    @property
+    def data_path(self) -> str | None:
+        """Where the task reads its upstream data: the config's `data_path`, where `paper` (PAPER_DATA) names the
+        paper's own data in this task's cache (paper_data_path(): `prepare` fetches it there), and null the task's
+        generated stand-in, for tasks that have one."""
+        return self.paper_data_path() if self._data_path == PAPER_DATA else self._data_path
+
+    @data_path.setter
+    def data_path(self, value: str | None) -> None:
+        self._data_path = str(value) if value is not None else None
+
+    def paper_data_path(self) -> str:
+        """Where the paper's data of this task lives when its config says `data_path: paper`."""
+        raise ConfigError(f"task {self.name}: data_path=paper names the paper's own data, which this task "
+                          f"({self.spec.cls}) does not know: give a path, or null")
+
+    def approximations(self) -> list[str]:
+        """Where this task's grading under its protocol is not the original benchmark's (a generated stand-in for
+        the paper's data, a substitute search, judge or model), one line each: every score it gives is flagged
+        `approximate` with these lines (evaluators.evaluate), and a sweep says them before any cell starts
+        (orchestrator.preflight.check_stand_ins). Cheap: it must not load the data."""
+        return []
 
     @property
     def level(self) -> int:

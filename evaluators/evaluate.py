@@ -46,14 +46,16 @@ def evaluate_loaded(task: Task, backend: EvaluatorBackend, loaded, rows: list[di
 
     if isinstance(task, InteractiveTask):
         result = task.play(rows, generate, judge)  # a protocol with an episode loop of its own
-        if result is not None:
-            return result
-        result = lockstep.evaluate(task.environment(), rows, generate, workers=task.eval_workers,
-                                   percent=task.percent)
-        result = task.judge_episodes(result, rows, judge) if judge is not None else result
-        notes = getattr(task, "approximations", list)()  # where the protocol is only approximately the original's
-        if notes:
-            result = {**result, "flags": [*result.get("flags", []), "approximate"], "approximations": notes}
-        return result
-    items = task.score_all(rows, generate([task.messages(row) for row in rows]), judge)
-    return {**task.summarize(items, rows), "n": len(items), "items": items}
+        if result is None:
+            result = lockstep.evaluate(task.environment(), rows, generate, workers=task.eval_workers,
+                                       percent=task.percent)
+            result = task.judge_episodes(result, rows, judge) if judge is not None else result
+    else:
+        items = task.score_all(rows, generate([task.messages(row) for row in rows]), judge)
+        result = {**task.summarize(items, rows), "n": len(items), "items": items}
+    notes = task.approximations()  # where the protocol is only approximately the original's (a stand-in, ...)
+    if notes:
+        flags = result.get("flags", [])
+        result = {**result, "flags": [*flags, *(["approximate"] if "approximate" not in flags else [])],
+                  "approximations": notes}
+    return result

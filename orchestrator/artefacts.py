@@ -28,7 +28,8 @@ def prepare_command() -> str:
         overrides = list(HydraConfig.get().overrides.task)
     except Exception:  # not under Hydra (a test calling the checks directly)
         overrides = [a for a in sys.argv[1:] if "=" in a]
-    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in ("dry_run", "allow_fetch_in_cells")]
+    flags = ("dry_run", "allow_fetch_in_cells", "allow_stand_ins")  # the run's, not what it reads
+    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in flags]
     return " ".join(["python -m orchestrator prepare", *(shlex.quote(o) for o in kept)])
 
 
@@ -180,10 +181,13 @@ class TaskData(Artefact):
 
     def fetch(self, sources: dict) -> None:
         fetch_data = getattr(self.task, "fetch_data", None)
-        if fetch_data is not None:
-            fetch_data(sources)
-        elif not getattr(self.task, "interactive", False):
-            self.task.train_split, self.task.hidden_splits  # noqa: B018 - loading is fetching
+        try:
+            if fetch_data is not None:
+                fetch_data(sources)
+            elif not getattr(self.task, "interactive", False):
+                self.task.train_split, self.task.hidden_splits  # noqa: B018 - loading is fetching
+        except Exception as e:  # what could not be fetched, then why (a table row reads it)
+            raise RuntimeError(f"{'; '.join(self.task.missing_data())}: {type(e).__name__}: {e}") from e
         if not self.present():
             raise RuntimeError("; ".join(self.lines))
 

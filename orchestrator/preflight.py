@@ -148,6 +148,52 @@ def check_paper_cells(cells: list[CellSpec], sandbox_cfg: dict) -> None:
                               "root, or use sandbox.network=isolated")
 
 
+def stand_ins(cells: list[CellSpec], cache_dir: Path) -> dict[str, list[str]]:
+    """{task: what stands in for the original's grading} for the tasks graded as the paper whose data, search, judge
+    or model is not the paper's (a generated store, a substitute search, no judge): their scores are flagged
+    `approximate` (the task's approximations())."""
+    from contracts.task import load_task
+
+    tasks = {c.task_name: c.task for c in cells if c.task.protocol == "paper"}
+    return {name: notes for name, spec in tasks.items() if (notes := load_task(spec, cache_dir).approximations())}
+
+
+def check_stand_ins(cells: list[CellSpec], cache_dir: Path, emulated: bool, allow_stand_ins: bool, out) -> None:
+    """Before any cell starts: one line per paper task graded on a stand-in; with GPUs reserved, a refusal naming
+    the task and the flag, unless allow_stand_ins=true (a paper column on a stand-in is not the paper's column)."""
+    from orchestrator.artefacts import reserves_gpus
+
+    found = stand_ins(cells, cache_dir)
+    if found and reserves_gpus(cells, emulated) and not allow_stand_ins:
+        name, notes = next(iter(found.items()))
+        more = f" (and {len(found) - 1} more tasks)" if len(found) > 1 else ""
+        raise ConfigError(f"task {name} (protocol paper) would be graded on a stand-in{more}, its scores not the "
+                          f"paper's: {notes[0]}; this sweep reserves GPUs, so it refuses: give it the paper's "
+                          f"data, search and judge (docs/tasks), or allow stand-ins with allow_stand_ins=true")
+    for name, notes in found.items():
+        print(f"[a2rl] task {name} (protocol paper) is graded on stand-ins, its scores flagged approximate: "
+              f"{'; '.join(notes)}", file=out)
+
+
+def paper_task_lines(cells: list[CellSpec], cache_dir: Path) -> list[str]:
+    """For the dry run, per task graded as the paper: whether it reads the paper's data (and where) or stand-ins,
+    and the keys its search and judge read."""
+    from contracts.task import load_task
+    from orchestrator.sweep import judge_drivers
+
+    lines = []
+    for name, spec in {c.task_name: c.task for c in cells if c.task.protocol == "paper"}.items():
+        task = load_task(spec, cache_dir)
+        notes = task.approximations()
+        where = getattr(task, "data_path", None)
+        line = f"task {name}: " + (f"stand-ins, scores flagged approximate: {'; '.join(notes)}" if notes else
+                                    f"the paper's data{f' ({where})' if where else ''}")
+        keys = [f"${k} (search)" for k in getattr(task, "search_keys", list)()]
+        keys += [f"${j['api_key_env']} (judge {j.get('name')})" for j in judge_drivers([spec]) if j.get("api_key_env")]
+        lines.append(line + (f"; keys: {', '.join(keys)}" if keys else ""))
+    return lines
+
+
 def check_writable(folders: dict[str, Path]) -> None:
     """Each folder a sweep writes exists (or can be made) and takes a file: one line naming the key otherwise."""
     import tempfile

@@ -17,8 +17,8 @@ from orchestrator import sandbox
 from orchestrator.artefacts import check_artefacts
 from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
 from orchestrator.preflight import (EMULATED_GPU, check_agents_python, check_nodes_share, check_reservations,
-                                     check_paper_cells, check_tasks, check_vllm, check_writable, driver_keys,
-                                     resources_of)
+                                     check_paper_cells, check_stand_ins, check_tasks, check_vllm, check_writable,
+                                     driver_keys, resources_of)
 from orchestrator.records import reconcile
 from orchestrator.sweep import check_cluster, expand
 
@@ -67,7 +67,7 @@ def print_plan(plan: Plan, emulated: bool, out=sys.stdout) -> None:
 
 def print_services_and_missing(cfg, plan: Plan, out=sys.stdout) -> None:
     """The graders' GPUs (held for the whole sweep, not per cell) and what this machine lacks for the sweep."""
-    from orchestrator.preflight import missing
+    from orchestrator.preflight import missing, paper_task_lines
 
     tasks = list({c.task_name: c.task for c in plan.to_run}.values())
     grader_gpus = sum(float(s.grader.num_gpus) * int(s.grader.num_replicas) for s in tasks)
@@ -76,6 +76,11 @@ def print_services_and_missing(cfg, plan: Plan, out=sys.stdout) -> None:
         print(f"graders: {grader_gpus:g} GPUs of their own ({len(tasks)} tasks), held while the sweep runs: at least "
               f"{grader_gpus * longest:.1f} GPU-hours (the longest cell's {longest:g} h), more while cells queue",
               file=out)
+    papers = paper_task_lines(plan.to_run, Path(cfg.cache_dir).expanduser())
+    if papers:
+        print("\ngraded as the paper:", file=out)
+        for line in papers:
+            print(f"  - {line}", file=out)
     lacks = missing(plan.to_run, Path(cfg.cache_dir).expanduser(), to_plain(cfg.get("cli_path")) or [],
                     bool(cfg.cluster.emulated_gpus))
     if lacks:
@@ -145,6 +150,8 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
     check_paper_cells(cells, to_plain(cfg.sandbox))
     layout = Layout.make(cfg.output_dir, cfg.cache_dir, cfg.cluster.get("workspace_root"))
     emulated = bool(cfg.cluster.emulated_gpus)
+    if not cfg.dry_run:
+        check_stand_ins(cells, layout.cache_dir, emulated, bool(cfg.get("allow_stand_ins")), out)
     if cfg.dry_run:  # read-only: a dry run never creates or changes a ledger
         rows = Ledger(layout.ledger).cells() if layout.ledger.exists() else {}
         plan = make_plan(cells, rows, cfg.rerun_errored)

@@ -106,6 +106,17 @@ class AlfWorldTask(InteractiveTask):
                             repetition_penalty=1.0, chat_template=False, fit=paper_prompt.fit)
         return super().decoding()
 
+    def paper_data_path(self) -> str:
+        """CACHE_DIR/data/alfworld: where `prepare` unpacks ALFWorld's release archives (json_2.1.1/, logic/), as
+        the alfworld package's downloader lays out $ALFWORLD_DATA."""
+        return str(self.cache_dir / "data" / "alfworld")
+
+    def approximations(self) -> list[str]:
+        if self.protocol == "paper" and not self.data_path:
+            return ["games: a2rl's generated games stand in for ALFWorld's json_2.1.1 valid_unseen (data_path is null; "
+                    "data_path=paper reads the paper's)"]
+        return []
+
     def examples_path(self) -> Path:
         """task.react_prompts, else the file the released original ships beside its eval.py (contracts/original.py)."""
         if self.react_prompts:

