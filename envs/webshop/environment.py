@@ -97,7 +97,9 @@ class WebShopEnvironment(Environment):
         with self._lock:
             if self._built is None:
                 products = self.data.products()
-                self._built = (Shop(products), self.data.goals(products))
+                # a data source may bring its own search (UpstreamShop under paper: the original's Lucene index)
+                engine = self.data.search_engine(products) if hasattr(self.data, "search_engine") else None
+                self._built = (Shop(products, engine), self.data.goals(products))
         return self._built
 
     @property

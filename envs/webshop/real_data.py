@@ -171,18 +171,30 @@ def split_goals(goals: list[dict], n_train: int, n_eval: int, n_final: int = 0) 
 
 class UpstreamShop:
     """The upstream products and instructions as a data source of WebShopEnvironment: the human instructions
-    (a2rl's protocol), or the paper's synthetic ones over items_shuffle_1000 (``paper``)."""
+    (a2rl's protocol), or the paper's synthetic ones over items_shuffle_1000 (``paper``, searched with the
+    original's Lucene index, built once under cache_dir: envs.webshop.lucene_search; None: the default cache)."""
 
     def __init__(self, data_path: str, n_train: int, n_eval: int, seed: int = 0, n_final: int = 0,
-                 paper: bool = False):
+                 paper: bool = False, cache_dir: str | Path | None = None):
         self.root = Path(data_path).expanduser()
         self.n_train, self.n_eval, self.seed, self.n_final = int(n_train), int(n_eval), int(seed), int(n_final)
         self.paper = bool(paper)
+        self.cache_dir = cache_dir
         if not self.root.is_dir():
             raise FileNotFoundError(f"task.data_path={data_path!r} is not a folder; point it at WebShop's data/")
 
     def products(self) -> list[dict]:
         return load_products(self.root, self.seed, self.paper)
+
+    def search_engine(self, products: list[dict]):
+        """paper: the original's Lucene search (its index built at the first search if `prepare` has not built
+        it); a2rl: None, the shop's BM25 (envs.webshop.search)."""
+        if not self.paper:
+            return None
+        from contracts.layout import default_cache_dir
+        from envs.webshop.lucene_search import LuceneSearchEngine, index_dir_for
+
+        return LuceneSearchEngine(index_dir_for(self.cache_dir or default_cache_dir(), products), products)
 
     def goals(self, products: list[dict]) -> dict[str, list[dict]]:
         goals = synthetic_goals(products, self.seed) if self.paper else human_goals(self.root, products, self.seed)

@@ -12,6 +12,7 @@ SEARCH_RETURN_N = 50
 
 
 def document(product: dict) -> str:
+    """A product's text as the original indexes it (``contents``; envs.webshop.lucene_search indexes the same)."""
     options = ", and ".join(f"{name}: {', '.join(values)}" for name, values in product["options"].items())
     bullets = product["BulletPoints"][:1]
     return " ".join([product["Title"], product["Description"], *bullets, options]).lower()

@@ -35,11 +35,12 @@ def parse_action(action: str) -> tuple[str, str | None]:
 
 
 class Shop:
-    """A catalogue and its search engine, shared by every session of a process."""
+    """A catalogue and its search engine, shared by every session of a process. engine: anything with
+    ``search(query) -> asins`` (envs.webshop.lucene_search.LuceneSearchEngine); BM25 over the products if None."""
 
-    def __init__(self, products: list[dict]):
+    def __init__(self, products: list[dict], engine=None):
         self.products = {p["asin"]: p for p in products}
-        self.engine = SearchEngine(products)
+        self.engine = SearchEngine(products) if engine is None else engine
 
 
 class ShopSession:

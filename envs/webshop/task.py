@@ -193,8 +193,8 @@ class WebShopTask(InteractiveTask):
                 out.append("goals: a2rl's generated store stands in for WebShop's synthetic goals over "
                            "items_shuffle_1000 (no data_path)")
             else:
-                out.append("search: BM25 (bm25s) where the original runs pyserini's Lucene index; price bounds "
-                           "seeded where the original draws them unseeded")
+                # search: the original's Lucene index through pyserini 0.17.0 (envs.webshop.lucene_search)
+                out.append("goals: price bounds seeded where the original draws them unseeded")
             note = spacy_model_note(self.cache_dir)
             if note["approximate"]:
                 out.append(f"reward: spaCy model {note['spacy_model']} {note['spacy_model_version']} where the "
