@@ -2,7 +2,8 @@
 
 - ``world``: a seeded synthetic world (entities, facts as documents with distractors, chain questions);
   ``generated``: a split of questions over its own world, kept when the expert answers them by searching.
-- ``search``: search backends: a local BM25 index (bm25s) or an HTTP search API.
+- ``search``: search backends: a local BM25 index (bm25s), an HTTP search API, or the original's own search
+  (SerpAPI with $SERPAPI_KEY, else DuckDuckGo's instant-answer API).
 - ``answers``: ``answer_correct``, the offline grading (normalised exact / alias match).
 - ``environment``: the questions as an Environment; ``prompt``: render / parse (stdlib only, copied to agents).
 - ``expert``: the planner that searches a question's chain, then answers (train rows, solvability).

@@ -10,6 +10,14 @@
   a plain ``results`` list, or Brave's ``web.results``; each hit's ``title`` and its ``snippet`` / ``content`` /
   ``description`` / ``text``. A failed call is answered as an observation ("Search failed: ..."), not an error:
   the agent sees what a flaky web looks like, as the original did.
+- ``OriginalSearch(...)``: the paper's search, as RD-Agent's benchmarks/deepsearchqa/eval.py runs it: SerpAPI
+  (``GET serpapi_url?q=<query>&api_key=<key>&num=3``, the top 3 organic results' ``snippet`` joined with `` | ``)
+  when the variable ``SERPAPI_KEY`` is set (and not empty) on the grading side, else DuckDuckGo's instant-answer API
+  (``GET duckduckgo_url?q=<query>&format=json&no_html=1``: ``AbstractText``, else the ``Text`` of the first two
+  ``RelatedTopics`` joined with `` | ``). ``observation(query)`` is the original's text to the byte: "No results
+  found." when that is empty, "Search error: <the exception>" when the call or its JSON fails, whatever the HTTP
+  status (requests, as the original calls it, so the query string, the error texts and the 10 s timeout are the
+  same). The base URLs default to the real hosts; tests point them at loopback.
 - ``load_documents(path)``: a local document collection for real questions: JSONL (``title`` and ``text`` /
   ``contents`` / ``body``) or a folder of ``.txt`` files (title = file name).
 """
@@ -96,6 +104,81 @@ class HttpSearch:
 
     def search_many(self, queries: list[str], k: int) -> list[list[Hit] | SearchError]:
         """One call per query (a search API answers one query a request); a failed one is its own SearchError."""
+        out: list = []
+        for query in queries:
+            try:
+                out.append(self.search(query, k))
+            except SearchError as e:
+                out.append(e)
+        return out
+
+
+SERPAPI_URL = "https://serpapi.com/search"
+DUCKDUCKGO_URL = "https://api.duckduckgo.com/"
+SERPAPI_KEY_ENV = "SERPAPI_KEY"  # the variable the original reads (its eval_config's serpapi_key: keys stay out of
+                                 # configs here)
+NO_RESULTS = "No results found."
+
+
+class OriginalSearch:
+    """The original's search (see the module's docstring): which engine answers is decided per call by the grading
+    side's environment, as the original decides it when its evaluator starts."""
+
+    SNIPPETS = 3          # SerpAPI: `num=3` asked, the first 3 organic results shown
+    RELATED_TOPICS = 2    # DuckDuckGo: the first 2 related topics, when there is no abstract
+
+    def __init__(self, serpapi_url: str = SERPAPI_URL, duckduckgo_url: str = DUCKDUCKGO_URL,
+                 key_env: str = SERPAPI_KEY_ENV, timeout_s: float = 10.0):
+        for name, url in (("serpapi_url", serpapi_url), ("duckduckgo_url", duckduckgo_url)):
+            if not str(url).startswith(("http://", "https://")):
+                raise ValueError(f"search.{name} {url!r} must start with http:// or https://")
+        self.serpapi_url, self.duckduckgo_url = str(serpapi_url), str(duckduckgo_url)
+        self.key_env, self.timeout_s = key_env, float(timeout_s)
+
+    def engine(self) -> str:
+        return "serpapi" if os.environ.get(self.key_env) else "duckduckgo"
+
+    def _answer(self, query: str, num: int):
+        """The engine's JSON answer, parsed whatever its status (the original reads error bodies as answers)."""
+        import requests
+
+        key = os.environ.get(self.key_env)
+        if key:
+            return "serpapi", requests.get(self.serpapi_url, params={"q": query, "api_key": key, "num": num},
+                                           timeout=self.timeout_s).json()
+        return "duckduckgo", requests.get(self.duckduckgo_url, params={"q": query, "format": "json", "no_html": 1},
+                                          timeout=self.timeout_s).json()
+
+    def observation(self, query: str) -> str:
+        """What the paper's ReAct loop appends after `Observation: `, exactly the original's text."""
+        try:
+            engine, body = self._answer(query, self.SNIPPETS)
+            if engine == "serpapi":
+                return " | ".join(r.get("snippet", "") for r in body.get("organic_results", [])[:self.SNIPPETS]) \
+                    or NO_RESULTS
+            abstract = body.get("AbstractText", "")  # read in the original's order: the same error, if any
+            related = " | ".join(t.get("Text", "") for t in body.get("RelatedTopics", [])[:self.RELATED_TOPICS]
+                                 if isinstance(t, dict))
+            return abstract or related or NO_RESULTS
+        except Exception as e:  # noqa: BLE001 - the original answers any failure as this observation
+            return f"Search error: {e}"
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        """The same engines' results as hits (a2rl's chat and the rollout service): SerpAPI's organic results
+        (title, snippet), or DuckDuckGo's abstract (heading, text) then its related topics; a failure raises."""
+        try:
+            engine, body = self._answer(query, k)
+            if engine == "serpapi":
+                return results_of(body)[:k]
+            hits = [Hit(str(body.get("Heading") or ""), str(body["AbstractText"]))] if body.get("AbstractText") \
+                else []
+            hits += [Hit("", str(t["Text"])) for t in body.get("RelatedTopics", [])
+                     if isinstance(t, dict) and t.get("Text")]
+            return hits[:k]
+        except Exception as e:  # noqa: BLE001 - the agent sees a failed search, as in the paper's loop
+            raise SearchError(f"{type(e).__name__}: {e}") from e
+
+    def search_many(self, queries: list[str], k: int) -> list[list[Hit] | SearchError]:
         out: list = []
         for query in queries:
             try:

@@ -1,10 +1,12 @@
 """Level-3 task ``deepsearchqa``: multi-hop questions answered by searching, at most 6 actions; score = 100 x the
 fraction of eval questions answered correctly.
 
-Questions: generated offline (``envs.deepsearchqa.generated``: a world and its BM25 index per split, 100 train /
-200 eval questions as the paper splits the real set) or the real ``google/deepsearchqa`` set (``data_path``: the
-dataset id or a local file; the paper's seeded 100 / 200 split) searched through a configured backend (``search``:
-an HTTP search API, or a local document collection). The eval world is salted with a secret (``eval_salt`` in the
+Questions: the real ``google/deepsearchqa`` set (``data_path``: the dataset id, the default of
+conf/task/deepsearchqa.yaml, or a local file; the paper's seeded 100 / 200 split) searched through one backend
+(``search.backend``: ``original``, the paper's SerpAPI-else-DuckDuckGo search and the default under ``paper``; ``http``,
+an HTTP search API at ``search.url``; ``local``, BM25 over ``search.documents``), or generated offline
+(``data_path: null``; ``envs.deepsearchqa.generated``: a world and its BM25 index per split, 100 train / 200 eval
+questions as the paper splits the real set). The eval world is salted with a secret (``eval_salt`` in the
 config, else a random salt kept in CACHE_DIR/grading/deepsearchqa-eval-salt), so the generator and its seeds do not
 rebuild it, and its documents are in the eval split's index only: a train session's searches never reach them. The
 held-out final split (``final_size`` questions) is a third world of its own, salted the same way (real data: the
@@ -18,7 +20,8 @@ Answers are graded offline by ``answers.answer_correct`` (normalised exact / ali
 Protocols (``protocol:`` in the config):
 - ``paper``, as RD-Agent's benchmarks/deepsearchqa/eval.py grades (``envs.deepsearchqa.react``): one raw-text ReAct
   completion per question (its system text, stops, forced answer, 6 turns, "I don't know" when nothing was
-  answered), repetition penalty 1.0, searches shown as the top results' snippets joined with `` | ``; every answer
+  answered), repetition penalty 1.0, searches shown as the original shows them (its own search: SerpAPI's top 3
+  snippets, else DuckDuckGo's instant answer; another backend: the top results' texts joined with `` | ``); every answer
   judged by the LLM judge with the original's prompt and first-line verdict, the substring match where the judge
   call fails (counted, ``judge_fallbacks``); with no judge configured every answer is matched that way and the score
   is flagged ``approximate``. Score: 100 x the share judged correct.
@@ -39,11 +42,14 @@ from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
 from envs.deepsearchqa import prompt, react
 from envs.deepsearchqa.environment import DeepSearchQAEnvironment
+from envs.deepsearchqa.search import DUCKDUCKGO_URL, SERPAPI_KEY_ENV, SERPAPI_URL
 from envs.deepsearchqa.world import RELATIONS, Question
 
 WORLD_KEYS = ("people", "organisations", "cities", "countries", "distractors")
-SEARCH_DEFAULTS = {"url": None, "query_param": "q", "key_env": None, "key_param": "api_key", "params": {},
-                   "timeout_s": 10.0, "documents": None}
+SEARCH_DEFAULTS = {"backend": None, "url": None, "query_param": "q", "key_env": None, "key_param": "api_key",
+                   "params": {}, "timeout_s": 10.0, "documents": None, "serpapi_url": SERPAPI_URL,
+                   "duckduckgo_url": DUCKDUCKGO_URL}
+SEARCH_BACKENDS = ("original", "http", "local")
 
 
 @register("task", "deepsearchqa")
@@ -64,8 +70,9 @@ class DeepSearchQATask(InteractiveTask):
         questions in the held-out final split (None: as many as n_eval); hops: chain lengths of generated questions,
         cycled; relations: the kinds of facts chains use (null: all of envs.deepsearchqa.world.RELATIONS); world:
         sizes of each split's world; top_k: results per search; max_steps: actions per episode; data_path: the real
-        set (dataset id or local path) instead of generated questions; search: its backend (an HTTP API's url, or
-        local documents); eval_workers: processes stepping eval episodes during grading (0: in the grader's
+        set (dataset id or local path; null: generated questions); search: its backend (``backend``: original,
+        http or local; null: http with a url, local with documents, else original under protocol paper);
+        eval_workers: processes stepping eval episodes during grading (0: in the grader's
         process); judge: a driver config (a sweep resolves a conf/driver name) whose LLM decides whether an answer
         is correct, in place of the exact/alias match; judge_model (protocol paper): the judge's model becomes this
         one (the paper's: gpt-5.2; null: the driver's own)."""
@@ -89,17 +96,77 @@ class DeepSearchQATask(InteractiveTask):
         if unknown:
             raise ValueError(f"task {name}: search keys {unknown} are unknown; known: {sorted(SEARCH_DEFAULTS)}")
         self.search = {**SEARCH_DEFAULTS, **(search or {})}
-        if not data_path and (self.search["url"] or self.search["documents"]):
-            raise ValueError(f"task {name}: a search backend (search.url / search.documents) is for real questions: "
-                             "set data_path too (generated questions search their own world)")
-        if data_path and bool(self.search["url"]) == bool(self.search["documents"]):
-            raise ValueError(f"task {name}: real questions (data_path={data_path!r}) need one search backend: "
-                             "search.url (an HTTP search API) or search.documents (a local JSONL / folder)")
+        self.search_backend = self._search_backend(name, data_path)
         self.data_path = data_path
         self.eval_workers = int(eval_workers)
         self.judge = judge if isinstance(judge, dict) and judge.get("provider") not in (None, "none") else None
         if self.judge and judge_model and self.protocol == "paper":
             self.judge = {**self.judge, "model": judge_model}
+
+    def _search_backend(self, name: str, data_path: str | None) -> str | None:
+        """Which backend real questions search (None for generated ones: each split searches its own world)."""
+        s = self.search
+        backend = s["backend"]
+        if backend not in (None, *SEARCH_BACKENDS):
+            raise ValueError(f"task {name}: search.backend={backend!r} is unknown; known: {list(SEARCH_BACKENDS)} "
+                             "(or null: http with search.url, local with search.documents, else original under "
+                             "protocol paper)")
+        if not data_path:
+            if backend or s["url"] or s["documents"]:
+                raise ValueError(f"task {name}: a search backend (search.backend / search.url / search.documents) "
+                                 "is for real questions: set data_path too (generated questions search their own "
+                                 "world)")
+            return None
+        given = {key for key in ("url", "documents") if s[key]}
+        if backend is None and len(given) < 2:
+            backend = "http" if s["url"] else "local" if s["documents"] else \
+                "original" if self.protocol == "paper" else None
+        if backend is None:
+            raise ValueError(f"task {name}: real questions (data_path={data_path!r}) need one search backend: "
+                             "search.backend=original (the paper's: SerpAPI with $SERPAPI_KEY, else DuckDuckGo), "
+                             "search.url (an HTTP search API) or search.documents (a local JSONL / folder)")
+        takes = {"http": {"url"}, "local": {"documents"}, "original": set()}[backend]
+        if given != takes:
+            raise ValueError(f"task {name}: search.backend={backend} takes " + {
+                "http": "search.url (and not search.documents)", "local": "search.documents (and not search.url)",
+                "original": "search.serpapi_url and search.duckduckgo_url (not search.url or search.documents)"
+            }[backend] + f"; got url={s['url']!r}, documents={s['documents']!r}")
+        return backend
+
+    def search_keys(self) -> dict[str, str]:
+        """The environment variables the search of real questions reads on the grading side (never in a config or
+        a workspace), each with what it does and what happens without it (the dry run names them)."""
+        if self.search_backend == "original":
+            return {self.search["key_env"] or SERPAPI_KEY_ENV: "the SerpAPI key the paper's search uses; not set: "
+                    "DuckDuckGo's instant-answer API answers instead, as the original falls back"}
+        if self.search_backend == "http" and self.search["key_env"]:
+            return {self.search["key_env"]: f"the key of the search API at {self.search['url']}; not set: every "
+                    "search fails"}
+        return {}
+
+    def paper_data_path(self) -> str:
+        """`data_path: paper`: the paper's set, by its hub id (its files in the Hugging Face cache)."""
+        from envs.deepsearchqa.real_data import DATASET_ID
+
+        return DATASET_ID
+
+    def approximations(self) -> list[str]:
+        """Where this grading is not the original's (each score is flagged approximate with these lines)."""
+        if self.protocol != "paper":
+            return []
+        out = []
+        original = "SerpAPI ($SERPAPI_KEY), else DuckDuckGo's instant-answer API"
+        if not self.data_path:
+            out.append("questions: a2rl's generated world stands in for google/deepsearchqa (data_path: null), "
+                       f"searched by BM25 over its own documents where the original searches {original}")
+        elif self.search_backend != "original":
+            what = (f"the search API at {self.search['url']}" if self.search_backend == "http" else
+                    f"BM25 over the documents {self.search['documents']}")
+            out.append(f"search: {what} where the original searches {original}")
+        if not self.judge:
+            out.append("judge: none configured: every answer is matched by the original's substring fallback where "
+                       "the original asks an LLM (gpt-5.2)")
+        return out
 
     def judge_driver(self) -> dict | None:
         return self.judge
@@ -171,6 +238,9 @@ class DeepSearchQATask(InteractiveTask):
     def _paper_search(self, backend):
         from envs.deepsearchqa.search import SearchError
 
+        if hasattr(backend, "observation"):  # the original's own search: its text, exactly
+            return backend.observation
+
         def search(query: str) -> str:
             try:
                 return react.search_text([" ".join(hit.text.split()) for hit in backend.search(query, self.top_k)])
@@ -204,10 +274,13 @@ class DeepSearchQATask(InteractiveTask):
                                exclude)
 
     def _backend(self):
-        from envs.deepsearchqa.search import HttpSearch, LocalIndex, load_documents
+        from envs.deepsearchqa.search import HttpSearch, LocalIndex, OriginalSearch, load_documents
 
         s = self.search
-        if s["url"]:
+        if self.search_backend == "original":
+            return OriginalSearch(s["serpapi_url"], s["duckduckgo_url"], s["key_env"] or SERPAPI_KEY_ENV,
+                                  s["timeout_s"])
+        if self.search_backend == "http":
             return HttpSearch(s["url"], s["query_param"], s["key_env"], s["key_param"], s["params"], s["timeout_s"])
         return LocalIndex(load_documents(s["documents"]))
 
@@ -279,8 +352,8 @@ Thought:
 Each turn the model's continuation (at most {react.TURN.max_new_tokens} tokens, cut before `\\nAction:`,
 `\\nThought:` or `\\nObservation:`) is stripped and appended after a space; its first `Action: search[...]` or
 `Action: answer[...]` is the action, so write the action on the thought's line (`Thought: ... Action:
-search[query]`): an action on a line of its own is cut off by the stop. A search appends `\\nObservation: <the top
-{self.top_k} results' text joined with " | ">\\nThought:`; an answer ends the episode. A turn with no action gets
+search[query]`): an action on a line of its own is cut off by the stop. A search appends `\\nObservation:
+{self._paper_observation()}\\nThought:`; an answer ends the episode. A turn with no action gets
 `\\nAction: answer[` appended and the answer decoded up to `]` ({react.FORCED_ANSWER.max_new_tokens} tokens). At
 most {self.max_steps} turns; then the last `Action: answer[...]` written, else "I don't know". Every answer is then
 judged by {judge}. The score is **100 x the fraction judged correct**.
@@ -382,6 +455,18 @@ correctly**.
         return datasets.load_dataset(str(self.data_path), split=SOURCE_SPLIT)
 
     # -- the agent's view -----------------------------------------------------------------------------------------
+    def _search_words(self) -> str:
+        return {"original": "a web search (SerpAPI's Google results where the grading side has a SerpAPI key, "
+                            "else DuckDuckGo's instant-answer API: an abstract or related topics, often nothing)",
+                "http": "the configured search API"}.get(self.search_backend, "a BM25 search over the documents")
+
+    def _paper_observation(self) -> str:
+        if self.search_backend == "original":
+            return ('<with a SerpAPI key: the first 3 results\' snippets joined with " | "; without one: '
+                    'DuckDuckGo\'s abstract, else its first 2 related topics joined with " | "; "No results found." '
+                    'when that is empty, "Search error: ..." when the search fails>')
+        return f'<the top {self.top_k} results\' text joined with " | ">'
+
     def instructions(self) -> str:
         rows = self.train_split
         example = next((r for r in rows if r["step"] == 1), rows[0])
@@ -396,8 +481,7 @@ correctly**.
 You post-train a model that answers questions by searching. Questions come from {source}. Each step the model
 sees the question, its previous actions and the last observation, and replies with one action:
 
-- `search[query]`: the top {self.top_k} results of a BM25 search over the documents (or the configured search API)
-  become the next observation;
+- `search[query]`: the top {self.top_k} results of {self._search_words()} become the next observation;
 - `answer[text]`: the final answer; it ends the episode.
 
 At most {self.max_steps} actions per question; a question not answered by then counts as wrong. A reply with
