@@ -100,7 +100,7 @@ def main() -> None:
             print(json.dumps({f"alpacaeval/{protocol}": out[f"alpacaeval/{protocol}"]}), flush=True)
         for protocol in ("a2rl", "paper"):
             config = {**load_named("task", "deepsearchqa", "bench"), "protocol": protocol, "judge": driver,
-                      "n_eval": args.dsqa_items, "final_size": 0}
+                      "data_path": None, "n_eval": args.dsqa_items, "final_size": 0}
             task = load_task(config, cache)
             model = resolve_base_model(task.spec.base_model, cache / "models")
             judge = LLMJudge(driver, fake.url, KEY)

@@ -107,9 +107,9 @@ def main() -> None:
             "gsm8k": {**conf["gsm8k"], "data_path": str(gsm8k_stand_in(Path(tmp) / "gsm8k", 100, args.items))},
             "humaneval": conf["humaneval"],
             "alfworld": {**SMALL_TASK, "name": "alfworld", "max_steps": 50, "eval_salt": "bench"},  # the paper's
-            "webshop": {**conf["webshop"], "n_products": 300, "n_train": 8, "n_eval": args.items,
+            "webshop": {**conf["webshop"], "data_path": None, "n_products": 300, "n_train": 8, "n_eval": args.items,
                         "eval_salt": "bench"},
-            "deepsearchqa": {**conf["deepsearchqa"], "n_eval": args.items, "eval_salt": "bench"},
+            "deepsearchqa": {**conf["deepsearchqa"], "data_path": None, "n_eval": args.items, "eval_salt": "bench"},
         }
         for name in args.tasks.split(","):
             config = tasks[name]

@@ -49,7 +49,7 @@ def task_cfg(env: str, hosts: int, max_sessions: int) -> dict:
     size = {"alfworld": {"n_train": 4, "n_eval": 1, "seed": 7, "protocol": "a2rl"},
             "webshop": {"n_products": 2000, "n_train": 64, "n_eval": 1, "eval_salt": "bench"},
             "deepsearchqa": {"eval_salt": "bench"}}[env]
-    return {**load_named("task", env, "bench"), "name": f"{env}_bench", **size, "final_size": 0,
+    return {**load_named("task", env, "bench"), "name": f"{env}_bench", "data_path": None, **size, "final_size": 0,
             "max_steps": 100_000,  # episodes end by the policy (or the round's horizon), never by length
             "rollout": {"num_hosts": hosts, "num_replicas": 1, "max_sessions_per_run": max_sessions,
                         "idle_timeout_s": 600}}

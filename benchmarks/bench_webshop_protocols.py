@@ -47,7 +47,7 @@ def main() -> None:
           f"{'s/step':>7} {'score':>6} {'success':>7} {'reward':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for protocol in ("a2rl", "paper"):
-            task = load_task({**conf, "name": f"webshop_bench_{protocol}", "protocol": protocol,
+            task = load_task({**conf, "name": f"webshop_bench_{protocol}", "protocol": protocol, "data_path": None,
                               "n_products": args.products, "n_eval": args.n_eval, "final_size": 0,
                               "eval_salt": "bench", "base_model": args.model}, Path(tmp) / "cache")
             backend = make_backend(task.backend_settings(gpu=torch.cuda.is_available()))

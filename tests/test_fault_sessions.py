@@ -59,7 +59,7 @@ if answers["again"][0] == 200:
 json.dump(answers, open("code/answers.json", "w"))
 '''
 
-ALFWORLD = ["sweep=alfworld_small", "task=alfworld", "task.n_train=3", "task.n_eval=2",
+ALFWORLD = ["sweep=alfworld_small", "task=alfworld", "task.data_path=null", "task.n_train=3", "task.n_eval=2",
             "task.task_types=[pick,clean,look]", "task.expert_episodes=2", "task.grader.batch_size=8",
             "task.grader.max_new_tokens=12", "task.rollout.num_hosts=1", "task.rollout.max_sessions_per_run=1"]
 

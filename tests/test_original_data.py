@@ -129,7 +129,7 @@ def test_generated_alfworld_games_are_linked_with_their_own_layout(cache_dir, tm
     the layout task.original_data's docstring describes (one folder per game, no initial_state.pddl, a manifest)."""
     pytest.importorskip("alfworld")
     pytest.importorskip("textworld")
-    task = load_task(config("alfworld", name="alfworld_original_t", n_train=2, n_eval=1, final_size=0,
+    task = load_task(config("alfworld", name="alfworld_original_t", data_path=None, n_train=2, n_eval=1, final_size=0,
                             task_types=["pick"], max_receptacles_per_type=1, max_receptacles=6, build_workers=1),
                      cache_dir)
     task.original_data(tmp_path / "data")

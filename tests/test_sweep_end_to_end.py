@@ -92,9 +92,9 @@ def test_report_on_a_missing_ledger_is_one_clear_line(tmp_path):
 def test_alfworld_sweep_runs_sft_grpo_in_its_sandbox(run_sweep):
     """Level 3 through the orchestrator: sft_grpo, sandboxed, warms up on the expert steps, plays train games through
     the rollout service for GRPO, and each submission is graded by ReAct rollouts on the hidden eval games."""
-    small_task = ["task=alfworld", "task.n_train=3", "task.n_eval=2", "task.task_types=[pick,clean,look]",
-                  "task.expert_episodes=2", "task.rollout.num_hosts=1", "task.rollout.max_sessions_per_run=8",
-                  "task.grader.batch_size=8", "task.grader.max_new_tokens=12"]
+    small_task = ["task=alfworld", "task.data_path=null", "task.n_train=3", "task.n_eval=2",
+                  "task.task_types=[pick,clean,look]", "task.expert_episodes=2", "task.rollout.num_hosts=1",
+                  "task.rollout.max_sessions_per_run=8", "task.grader.batch_size=8", "task.grader.max_new_tokens=12"]
     quick_agent = ["agent=sft_grpo", "agent.args.sft_steps=10", "+agent.args.grpo_rounds=1",
                    "agent.args.grpo_steps_per_round=2", "agent.args.episodes_per_round=1", "agent.args.horizon=3",
                    "agent.args.submit_every=1", "agent.args.grading_estimate_s=20", "agent.args.margin_s=5",

@@ -9,7 +9,6 @@ import secrets
 import shutil
 import socket
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -26,6 +25,7 @@ from envs.webshop.search import SearchEngine
 from evaluators.evaluate import evaluate_loaded
 from tests.support.runs import bare_run
 from tests.support.scripted_backend import ScriptedBackend
+from tests.support.upstream_layouts import write_webshop_data
 
 SMALL = {"name": "webshop_t", "cls": "webshop", "level": 3, "base_model": "tiny-webshop", "n_products": 120,
          "n_train": 12, "n_eval": 6, "final_size": 3, "seed": 0, "product_types": None, "max_steps": 15,
@@ -357,31 +357,10 @@ def test_an_expert_episode_through_the_service_and_sessions_isolated(service, ta
 
 # ---------------------------------------------------------------------------------------------- upstream data
 
-def write_upstream(root: Path) -> None:
-    """A few products, attributes, human instructions and trajectories in WebShop's data/ layout."""
-    products = generate_catalogue(40, seed=9)
-    scraped = [{"asin": p["asin"], "name": p["Title"], "full_description": p["Description"],
-                "small_description": p["BulletPoints"], "pricing": p["Price"].replace(" to ", " - "),
-                "customization_options": {k.title(): [{"value": v.title(), "image": None} for v in vs]
-                                          for k, vs in p["options"].items()},
-                "category": p["category"], "query": p["query"], "product_category": p["product_category"],
-                "images": [""]} for p in products]
-    scraped.append({**scraped[0], "asin": "nan"})  # skipped, as upstream skips it
-    (root / "items_shuffle_1000.json").write_text(json.dumps(scraped))
-    (root / "items_ins_v2_1000.json").write_text(json.dumps({p["asin"]: {"attributes": p["Attributes"]}
-                                                              for p in products}))
-    human = {}
-    for p in products:
-        opts = [vs[0] for vs in p["options"].values()]
-        human[p["asin"]] = [{"asin": p["asin"], "instruction": f"i want a {p['Attributes'][0]} {p['query']}.",
-                             "instruction_attributes": p["Attributes"][:1], "instruction_options": opts}]
-    (root / "items_human_ins.json").write_text(json.dumps(human))
-
-
 def test_upstream_products_instructions_and_human_trajectories(tmp_path):
     from envs.webshop.real_data import UpstreamShop, instruction_key
 
-    write_upstream(tmp_path)
+    write_webshop_data(tmp_path)
     env = WebShopEnvironment(UpstreamShop(str(tmp_path), n_train=20, n_eval=10), max_steps=15)
     shop = env.shop
     assert len(shop.products) == 40 and "nan" not in shop.products
@@ -437,7 +416,7 @@ def upstream_server(tmp_path):
     from envs.webshop.real_data import UpstreamShop, human_goals
     from tests.support.webshop_server import WebShopServer
 
-    write_upstream(tmp_path)
+    write_webshop_data(tmp_path)
     local = WebShopEnvironment(UpstreamShop(str(tmp_path), n_train=20, n_eval=10, n_final=5), max_steps=15)
     server = WebShopServer(local.shop, human_goals(tmp_path, list(local.shop.products.values()))).start()
     yield tmp_path, local, server

@@ -144,9 +144,9 @@ def test_the_paper_protocol_plays_webshops_synthetic_goals_with_data(tmp_path):
 
     from envs.webshop.environment import WebShopEnvironment
     from envs.webshop.real_data import UpstreamShop, synthetic_goals
-    from tests.test_webshop import write_upstream
+    from tests.support.upstream_layouts import write_webshop_data
 
-    write_upstream(tmp_path)
+    write_webshop_data(tmp_path)
     attrs = json.loads((tmp_path / "items_ins_v2_1000.json").read_text())
     for i, a in enumerate(attrs.values()):
         if i % 4:  # a quarter of the products carry no instruction: they give no goal

@@ -78,7 +78,7 @@ class WebShopTask(InteractiveTask):
             from envs.webshop.real_data import UpstreamShop
 
             return UpstreamShop(self.data_path, self.n_train, self.n_eval, self.seed, self.n_final,
-                                paper=self.protocol == "paper")
+                                paper=self.protocol == "paper", cache_dir=self.cache_dir)
         from envs.webshop.catalogue import GeneratedShop
 
         return GeneratedShop(self.n_products, self.n_train, self.n_eval, self.seed, self.salt(), self.product_types,
@@ -122,30 +122,49 @@ class WebShopTask(InteractiveTask):
         return str(self.cache_dir / "data" / "webshop")
 
     def missing_data(self) -> list[str]:
-        """What `prepare` fetches: WebShop's files into data_path (envs.webshop.download); under paper, the spaCy
-        model the original's reward tags with (envs.webshop.reward.fetch_original_model)."""
+        """What `prepare` fetches: WebShop's files into data_path (envs.webshop.download); under paper, the Lucene
+        index of their products (envs.webshop.lucene_search: built here, from the files) and the spaCy model the
+        original's reward tags with (envs.webshop.reward.fetch_original_model)."""
         from envs.webshop import download
         from envs.webshop.reward import ORIGINAL_SPACY, original_model_data, original_model_dir
 
         out = []
         if self.data_path and (absent := download.missing(self.data_path)):
+            index = ", then the Lucene index of their products (the original's search)" * (self.protocol == "paper")
             out.append(f"task {self.name}: no {', '.join(absent)} in data_path={self.data_path} (WebShop's "
-                       "1,000-product files, as the original's data.py fetches them)")
+                       f"1,000-product files, as the original's data.py fetches them{index})")
+        elif self.data_path and self.protocol == "paper" and not self._lucene_index_present():
+            out.append(f"task {self.name}: the Lucene index of its products (the original's search) is not built "
+                       f"under {self.cache_dir / 'grading' / 'webshop' / 'lucene'}")
         if self.protocol == "paper" and original_model_data(self.cache_dir) is None:
             out.append(f"task {self.name}: spaCy's {' '.join(ORIGINAL_SPACY)} (the model the original's reward tags "
                        f"nouns with) is not in {original_model_dir(self.cache_dir)}")
         return out
 
+    def _lucene_index(self) -> Path:
+        from envs.webshop.lucene_search import index_dir_for
+
+        return index_dir_for(self.cache_dir, self._data.products())
+
+    def _lucene_index_present(self) -> bool:
+        from envs.webshop.lucene_search import index_present
+
+        return index_present(self._lucene_index())
+
     def fetch_data(self, sources: dict) -> None:
         """What missing_data() names: WebShop's files into data_path (sources["webshop"]: the URL template with
-        {id}, a Google Drive file id), the spaCy model (sources["spacy_model"]: its wheel's URL); sources["sha256"]:
-        pinned digests by file name."""
+        {id}, a Google Drive file id), the Lucene index (built from them), the spaCy model (sources["spacy_model"]:
+        its wheel's URL); sources["sha256"]: pinned digests by file name."""
         from envs.webshop import download
         from envs.webshop.reward import fetch_original_model, original_model_data
 
         pins = sources.get("sha256") or {}
         if self.data_path and download.missing(self.data_path):
             download.fetch(self.data_path, sources["webshop"], pins)
+        if self.data_path and self.protocol == "paper":
+            from envs.webshop.lucene_search import build_index
+
+            build_index(self._data.products(), self._lucene_index())
         if self.protocol == "paper" and original_model_data(self.cache_dir) is None:
             url = sources["spacy_model"]
             fetch_original_model(url, self.cache_dir, pins.get(url.rsplit("/", 1)[-1]))
@@ -192,9 +211,9 @@ class WebShopTask(InteractiveTask):
             if not self.data_path:
                 out.append("goals: a2rl's generated store stands in for WebShop's synthetic goals over "
                            "items_shuffle_1000 (no data_path)")
-            else:
-                # search: the original's Lucene index through pyserini 0.17.0 (envs.webshop.lucene_search)
-                out.append("goals: price bounds seeded where the original draws them unseeded")
+            # (with data_path: the original's goals and its Lucene search, envs.webshop.lucene_search; their price
+            # bounds are drawn seeded where the original's draws are unseeded, the same distribution, so not a
+            # stand-in: docs/tasks/webshop.md)
             note = spacy_model_note(self.cache_dir)
             if note["approximate"]:
                 out.append(f"reward: spaCy model {note['spacy_model']} {note['spacy_model_version']} where the "
