@@ -249,3 +249,66 @@ def test_a_gpu_sweep_missing_an_artefact_refuses_in_one_line(tmp_path, monkeypat
         check_artefacts(cells, tmp_path, emulated=emulated, allow_fetch_in_cells=allowed, out=said)
         assert "2 artefacts are fetched while cells run" in said.getvalue()
         assert f"model {MODEL} (base model of gsm8k)" in said.getvalue()
+
+
+PAPER_DRIVE = "/paper-drive/download?id={id}"  # WebShop's files in their real layout (the ones above are filler)
+SPACY_WHEEL = "/explosion/spacy-models/releases/download/en_core_web_sm-3.7.1/en_core_web_sm-3.7.1-py3-none-any.whl"
+
+
+def test_prepare_fetches_the_papers_data_into_the_cache_then_nothing(upstream, tmp_path):
+    """protocol paper with data_path: paper (the shipped configs): ALFWorld's archives and WebShop's files into
+    CACHE_DIR/data, the spaCy model the original's reward tags with, and the Lucene index built from WebShop's
+    products; a second run asks the network nothing; and the reward then tags with the original's model."""
+    from envs.webshop import download as webshop_download
+    from tests.support.upstream_layouts import spacy_model_wheel, write_webshop_data
+
+    write_webshop_data(files := tmp_path / "upload", instructions=True)
+    for name, file_id in webshop_download.FILES.items():
+        upstream.add_file(PAPER_DRIVE.format(id=file_id), (files / name).read_bytes())
+    upstream.add_file(SPACY_WHEEL, spacy_model_wheel())
+    env = env_for(upstream, tmp_path)
+    cache = tmp_path / "cache"
+    args = ["sweep=demo", "sweep.agents=[copy_base]", "sweep.seeds=[0]",
+            f"sweep.tasks=[{{name:alfworld,base_model:'{MODEL}'}},{{name:webshop,base_model:'{MODEL}'}}]",
+            f"cache_dir={cache}", f"output_dir={tmp_path}/out", "logger=none",
+            f"downloads.alfworld={upstream.url}{RELEASES}", f"downloads.webshop='{upstream.url}{PAPER_DRIVE}'",
+            f"downloads.spacy_model={upstream.url}{SPACY_WHEEL}"]
+    first = orchestrator(["prepare", *args], env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert status_of(first.stdout, "data of task alfworld") == "fetched"
+    assert status_of(first.stdout, "data of task webshop") == "fetched"
+    assert (cache / "data" / "alfworld" / GAME / "game.tw-pddl").is_file()
+    assert (cache / "data" / "webshop" / "items_shuffle_1000.json").is_file()
+    (index,) = (p for p in (cache / "grading" / "webshop" / "lucene").iterdir() if not p.name.startswith("."))
+    assert (index / "a2rl-index.json").is_file()
+    assert (cache / "data" / "spacy" / "en_core_web_sm-3.7.1" / "en_core_web_sm" / "en_core_web_sm-3.7.1").is_dir()
+    assert not list((cache / "data" / "spacy").glob("*.whl"))  # unpacked, then deleted
+
+    upstream.requests.clear()
+    second = orchestrator(["prepare", *args], env)
+    assert second.returncode == 0 and "nothing fetched: all" in second.stdout, second.stdout + second.stderr
+    assert upstream.requests == []
+    dry = orchestrator([*args, "dry_run=true"], env)
+    said = dry.stdout[dry.stdout.index("graded as the paper:"):]
+    assert f"task webshop: the paper's data ({cache}/data/webshop)" in said, said  # the original's spaCy model too
+    assert "prepare sweep=demo" not in dry.stdout, dry.stdout
+
+
+def test_offline_prepare_of_the_paper_grid_names_what_it_could_not_fetch_and_fails(tmp_path):
+    """No network (the hub offline, every upstream URL a closed loopback port): the paper data is among what failed,
+    each by name, and the command ends with status 1."""
+    from contracts import original
+
+    closed = "http://127.0.0.1:9"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+           "RAY_AUTH_MODE": "disabled", "A2RL_ORIGINAL_WHEEL_DIR": str(original.wheel_store()),
+           "PYTHONPATH": str(ROOT)}
+    run = orchestrator(["prepare", "sweep=paper_grid", "sweep.tasks=[alfworld,webshop,deepsearchqa]",
+                        f"cache_dir={tmp_path}/cache", f"output_dir={tmp_path}/out", f"downloads.alfworld={closed}",
+                        f"downloads.webshop='{closed}/d?id={{id}}'", f"downloads.spacy_model={closed}/s.whl"], env)
+    assert run.returncode == 1, run.stdout + run.stderr
+    failed = "\n".join(line for line in run.stdout.splitlines() if line.startswith("failed: "))
+    for what in ("no ALFWorld json_2.1.1 games", "no items_shuffle_1000.json, items_ins_v2_1000.json, "
+                 "items_human_ins.json", "then the Lucene index of their products", "spaCy's en_core_web_sm 3.7.1",
+                 "the DeepSearchQA set google/deepsearchqa"):
+        assert what in failed, (what, run.stdout)
