@@ -34,6 +34,7 @@ from ray import serve
 from contracts.evaluation import Evaluation
 from contracts.refusals import STATUS, Refusal, answer_refusals
 from contracts.runs import FinalCandidate, Run, RunRegistration, run_token
+from contracts.screening import withheld
 from contracts.specs import ConfigError
 from contracts.task import task_class
 from contracts.task_spec import TaskSpec
@@ -378,6 +379,8 @@ class Grader(RunClosing):
             await self.registry.cancel.remote(token, submission_id)
             why = result  # said of the folder the agent named, not of the grader's private copy
             raise Refusal(why.code, why.message.replace(str(model_dir), given_path).replace(model_dir.name, given_path))
+        if withheld(result.metrics, result.flags):  # judged answers screened as a null model's or aimed at the judge,
+            result = dataclasses.replace(result, score=None)  # under a protocol that does not count them: no score
         best, still_open = await self.registry.finish.remote(token, submission_id, result.score, result.refunded,
                                                              "infra_error" not in result.flags)
         if not still_open:  # the cell ended and gave this evaluation up (recorded as an infra error then)

@@ -14,8 +14,9 @@ from orchestrator.ledger import Ledger
 # Submission flags the table counts: a copy of the base model; a score the protocol gives though the reply games
 # the task's tests (HumanEval under the paper's protocol); a score from a stand-in for a piece of the original that
 # is not here (e.g. spaCy's en_core_web_lg), so only approximately the original's; a known public checkpoint submitted
-# as the agent's own (evaluators/identity.py).
-COUNTED_FLAGS = ("copy_of_base", "gamed_tests", "approximate", "known_checkpoint")
+# as the agent's own (evaluators/identity.py); judged answers that barely depend on the instruction, or that address
+# the judge (contracts/screening.py: scored under paper, withheld under a2rl).
+COUNTED_FLAGS = ("copy_of_base", "gamed_tests", "approximate", "known_checkpoint", "null_model", "judge_injection")
 
 
 def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:

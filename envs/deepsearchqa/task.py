@@ -28,6 +28,9 @@ Protocols (``protocol:`` in the config):
 - ``a2rl``, a2rl's own: a chat per step (question, previous actions, last observation), the first action in the
   reply, 32 tokens with the model's repetition penalty, the normalised exact / alias match (or a configured judge,
   asked with a2rl's prompt for episodes that answered).
+Judged answers are screened under both (contracts/screening.py: ``null_model``, ``judge_injection``, the markers read
+off the protocol's judge prompt); a flagged submission's score counts under paper and is withheld under a2rl
+(``screen.count_flagged``).
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ import os
 from functools import cached_property
 from pathlib import Path
 
+from contracts import screening
 from contracts.decoding import Decoding
 from contracts.registry import register
 from contracts.task import InteractiveTask
@@ -65,7 +69,7 @@ class DeepSearchQATask(InteractiveTask):
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
                  hops: list[int], relations: list[str] | None, world: dict, top_k: int, max_steps: int,
                  eval_salt: str | None, data_path: str | None, search: dict | None, eval_workers: int = 0,
-                 judge: dict | None = None, judge_model: str | None = None):
+                 judge: dict | None = None, judge_model: str | None = None, screen: dict | None = None):
         """n_train / n_eval: questions per split (real data: the paper's 100 / 200 unless set otherwise); final_size:
         questions in the held-out final split (None: as many as n_eval); hops: chain lengths of generated questions,
         cycled; relations: the kinds of facts chains use (null: all of envs.deepsearchqa.world.RELATIONS); world:
@@ -75,7 +79,9 @@ class DeepSearchQATask(InteractiveTask):
         eval_workers: processes stepping eval episodes during grading (0: in the grader's
         process); judge: a driver config (a sweep resolves a conf/driver name) whose LLM decides whether an answer
         is correct, in place of the exact/alias match; judge_model (protocol paper): the judge's model becomes this
-        one (the paper's: gpt-5.2; null: the driver's own)."""
+        one (the paper's: gpt-5.2; null: the driver's own); screen: the screen of judged answers (null-model and
+        judge-addressing ones: contracts/screening.py; count_flagged null: a flagged submission counts
+        under paper, as the original counts it, and not under a2rl)."""
         super().__init__(spec)
         name = spec.name
         self.set_splits(n_train, n_eval, final_size, eval_salt)
@@ -102,6 +108,7 @@ class DeepSearchQATask(InteractiveTask):
         self.judge = judge if isinstance(judge, dict) and judge.get("provider") not in (None, "none") else None
         if self.judge and judge_model and self.protocol == "paper":
             self.judge = {**self.judge, "model": judge_model}
+        self.screen = screening.ScreenSettings.from_config(screen, self.protocol, name)
 
     def _search_backend(self, name: str, data_path: str | None) -> str | None:
         """Which backend real questions search (None for generated ones: each split searches its own world)."""
@@ -171,6 +178,29 @@ class DeepSearchQATask(InteractiveTask):
     def judge_driver(self) -> dict | None:
         return self.judge
 
+    @cached_property
+    def judge_markers(self) -> screening.Markers:
+        """What an answer aimed at this protocol's judge holds, read off its prompt (contracts/screening.py):
+        the original's under paper (its verdict: the first line's word), a2rl's otherwise (the first word)."""
+        from envs.deepsearchqa import answers
+
+        if self.protocol == "paper":
+            return screening.derive_markers(screening.JudgePrompt(
+                "RD-Agent's DeepSearchQA judge", (react.JUDGE_SYSTEM, react.judge_prompt("{predicted}", "{gold}",
+                                                                                        "{answer_type}")),
+                first_words=("correct", "incorrect")))
+        return screening.derive_markers(screening.JudgePrompt(
+            "a2rl's DeepSearchQA judge", (answers.JUDGE_SYSTEM, answers.JUDGE_USER),
+            first_words=("CORRECT", "INCORRECT")))
+
+    def screened(self, result: dict, answers: list[str | None]) -> dict:
+        """The judged result after the screen (answers: each item's, None where it gave none)."""
+        items = result["items"]
+        questions = [i.get("task") for i in items]
+        found = screening.screen([i["id"] for i in items], answers, [bool(i["won"]) for i in items],
+                                 self.judge_markers, self.screen, None if None in questions else questions)
+        return screening.apply(result, items, found)
+
     def judge_episodes(self, result: dict, rows: list[dict], judge) -> dict:
         """Each episode that ended with an answer, re-graded by the judge (asked once per episode, concurrently);
         episodes that never answered stay lost without asking."""
@@ -182,13 +212,17 @@ class DeepSearchQATask(InteractiveTask):
         splits = {row.get("split", "eval") for row in rows}  # the feedback split's rows, or the final split's
         by_name = {(split, inst.name): inst for split in splits for inst in env.instances(split)}
 
+        def answer(item: dict) -> str | None:
+            last = prompt.split_action(item["commands"][-1]) if item["commands"] else None
+            return last[1] if last is not None and last[0] == "answer" and last[1] else None
+
         def regrade(pair):
             row, item = pair
-            last = prompt.split_action(item["commands"][-1]) if item["commands"] else None
-            if last is None or last[0] != "answer" or not last[1]:
+            given = answer(item)
+            if given is None:
                 return item
             q = env.question(by_name[row.get("split", "eval"), row["instance"]])
-            won = judge_says_correct(judge.ask(JUDGE_SYSTEM, judge_prompt(q.question, q.answer, q.aliases, last[1])))
+            won = judge_says_correct(judge.ask(JUDGE_SYSTEM, judge_prompt(q.question, q.answer, q.aliases, given)))
             return {**item, "score": float(won), "won": won, "exact_match": item["won"]}
 
         with ThreadPoolExecutor(max_workers=max(1, getattr(judge, "concurrency", 1))) as pool:
@@ -196,8 +230,8 @@ class DeepSearchQATask(InteractiveTask):
         n = max(1, len(items))
         metrics = {**result.get("metrics", {}), "success_rate": 100.0 * sum(i["won"] for i in items) / n,
                    "exact_match": 100.0 * sum(i.get("exact_match", i["won"]) for i in items) / n}
-        return {**result, "score": self.percent(sum(i["score"] for i in items), n), "items": items,
-                "metrics": metrics}
+        return self.screened({**result, "score": self.percent(sum(i["score"] for i in items), n), "items": items,
+                              "metrics": metrics}, [answer(i) for i in items])
 
     # -- the paper protocol ---------------------------------------------------------------------------------------
     def decoding(self) -> Decoding:
@@ -232,8 +266,9 @@ class DeepSearchQATask(InteractiveTask):
         metrics = {"accuracy": self.percent(sum(i["won"] for i in items), n), "judge_fallbacks": fallbacks,
                    "answered": sum(ep.answer != react.NO_ANSWER for ep in episodes),
                    "mean_steps": sum(i["steps"] for i in items) / n}
-        return {"score": metrics["accuracy"], "n": len(items), "items": items, "metrics": metrics,
-                "flags": [] if judge is not None else ["approximate"]}
+        return self.screened({"score": metrics["accuracy"], "n": len(items), "items": items, "metrics": metrics,
+                              "flags": [] if judge is not None else ["approximate"]},
+                             [None if ep.answer == react.NO_ANSWER else ep.answer for ep in episodes])
 
     def _paper_search(self, backend):
         from envs.deepsearchqa.search import SearchError

@@ -22,6 +22,7 @@ import os
 import threading
 from pathlib import Path
 
+from contracts.screening import JudgePrompt
 from contracts.specs import ConfigError
 from evaluators.judging.client import JudgeUnavailable
 
@@ -73,6 +74,22 @@ def _config_path(annotators_config: str) -> Path:
         raise ConfigError(f"alpacaeval: annotators_config={annotators_config!r} is neither a folder of alpaca_eval's "
                           "evaluators_configs nor a path to an annotator config (a folder with configs.yaml)")
     return path
+
+
+def judge_prompt(annotators_config: str = PACKAGE_ANNOTATOR) -> JudgePrompt:
+    """The annotator's prompt template and forced tool as the package reads them (its prompt_template relative to
+    the folder above the config's, or the text itself), for the screen of answers aimed at this judge
+    (contracts/screening.py)."""
+    import yaml
+
+    path = _config_path(annotators_config)
+    (config,) = yaml.safe_load(path.read_text()).values()
+    template = path.parents[1] / str(config["prompt_template"])
+    text = template.read_text() if template.is_file() else str(config["prompt_template"])
+    tools = (config.get("completions_kwargs") or {}).get("tools") or []
+    function = tools[0].get("function") if tools else None
+    return JudgePrompt(f"alpaca_eval's {path.parent.name}", (text,),
+                       tool=(function["name"], function.get("parameters") or {}) if function else None)
 
 
 def build_annotator(driver: dict, annotators_config: str = PACKAGE_ANNOTATOR):

@@ -12,6 +12,7 @@ import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 
+from contracts.screening import JudgePrompt
 from evaluators.judging.client import chat
 
 JUDGE_VERSION = 1  # bump when a judge's prompt or parsing changes: cached judgements of the old one are not served
@@ -33,6 +34,9 @@ order of the outputs says nothing about their quality, and a longer output is no
 
 Answer with exactly one of: Output (a), Output (b)."""
 VERDICT = re.compile(r"output\s*\(?\s*([ab])\b", re.IGNORECASE)
+# what the screen of answers aimed at this judge reads (contracts/screening.py): its prompt, and the labels
+# its verdict is read from
+JUDGE_PROMPT = JudgePrompt("a2rl's pairwise judge", (SYSTEM, USER), labels=("Output (a)", "Output (b)"))
 
 
 class LLMJudge:

@@ -25,19 +25,24 @@ Protocols (`protocol:` in the config):
   max_new_tokens (1024) with the model's own repetition penalty, a short judge prompt of a2rl's (pairwise.py) where an
   unreadable reply is a draw, and the LC GLM without the gamed-baseline regularisation (winrate.py), which needs no
   hub file.
+Both screen the judged answers (contracts/screening.py: `null_model`, `judge_injection`, the markers read off the
+protocol's judge prompt); a flagged submission's score counts under paper, as the original counts it, and is withheld
+under a2rl (`screen.count_flagged`).
 """
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from pathlib import Path
 
+from contracts import screening
 from contracts.decoding import Decoding
 from contracts.registry import register
 from contracts.specs import ConfigError
 from contracts.task import Task, split_off_final, write_original_jsonl
 from contracts.task_spec import TaskSpec
 from evaluators.judging import alpaca_eval_annotator
-from evaluators.judging.pairwise import judge_all
+from evaluators.judging.pairwise import JUDGE_PROMPT, judge_all
 from evaluators.judging.winrate import length_controlled_win_rate, win_rate
 
 METRICS = ("lc_win_rate", "win_rate")
@@ -51,11 +56,29 @@ class PairwiseTask(Task):
 
     item = "instruction"
 
-    def __init__(self, spec: TaskSpec, judge_seed: int, metric: str):
+    def __init__(self, spec: TaskSpec, judge_seed: int, metric: str, screen: dict | None = None):
+        """screen: the screen of null-model and judge-addressing answers (contracts/screening.py)."""
         super().__init__(spec)
         if metric not in METRICS:
             raise ConfigError(f"task {spec.name}: metric={metric!r}; use one of {METRICS}")
         self.judge_seed, self.metric = int(judge_seed), metric
+        self.screen = screening.ScreenSettings.from_config(screen, self.protocol, spec.name)
+
+    def judge_prompt(self) -> screening.JudgePrompt:
+        """What this task's judge is asked with (the screen's markers are read off it)."""
+        return JUDGE_PROMPT
+
+    @cached_property
+    def judge_markers(self) -> screening.Markers:
+        return screening.derive_markers(self.judge_prompt())
+
+    def screened(self, summary: dict, items: list[dict], rows: list[dict]) -> dict:
+        """The summary after the screen: flagged null_model / judge_injection, with its evidence in
+        metrics["screen"], the score withheld when flagged submissions do not count (screen.count_flagged)."""
+        found = screening.screen([i["id"] for i in items], [i["completion"] for i in items],
+                                 [i["preference"] == 2.0 for i in items], self.judge_markers, self.screen,
+                                 [r["instruction"] for r in rows])
+        return screening.apply(summary, items, found)
 
     def offline_judge(self):
         """The judge when the task names no driver (None: it needs the grader's)."""
@@ -82,7 +105,7 @@ class PairwiseTask(Task):
         metrics = {"win_rate": win_rate(prefs), "lc_win_rate": lc,
                    "draws": sum(p == 1.5 for p in prefs), "judgements_cached": sum(i["cached"] for i in items)}
         score = metrics[self.metric] if metrics[self.metric] is not None else metrics["win_rate"]
-        return {"score": score, "metrics": metrics}
+        return self.screened({"score": score, "metrics": metrics}, items, rows)
 
     def score(self, completion: str, row: dict) -> float:
         raise NotImplementedError("a pairwise task is scored in score_all, by its judge")
@@ -109,14 +132,17 @@ class AlpacaEvalTask(PairwiseTask):
     def __init__(self, spec: TaskSpec, *, judge: dict | None, eval_data: str = "tatsu-lab/alpaca_eval",
                  train_data: str = "tatsu-lab/alpaca", n_train: int = 2000, n_eval: int | None = None,
                  final_size: int = 0, judge_seed: int = 0, metric: str = "lc_win_rate", eval_file: str | None = None,
-                 annotators_config: str = alpaca_eval_annotator.PACKAGE_ANNOTATOR, judge_model: str | None = None):
+                 annotators_config: str = alpaca_eval_annotator.PACKAGE_ANNOTATOR, judge_model: str | None = None,
+                 screen: dict | None = None):
         """judge: a driver config (conf/driver/<name>.yaml's contents; a sweep resolves a name). n_eval: the first
         n feedback rows only (None: all), for a cheaper run that is not the paper's number. final_size: eval rows
         held out as the final split (0: none). eval_file: the reference outputs' file in eval_data (None: the
         protocol's, EVAL_FILES). annotators_config (protocol paper): alpaca_eval's annotator, a config name of the
         package or a folder (RD-Agent's annotators_gpt52_fn is the package's alpaca_eval_gpt4_turbo_fn with model
-        gpt-5.2); its model is the judge driver's, or judge_model (protocol paper: the paper's is gpt-5.2)."""
-        super().__init__(spec, judge_seed, metric)
+        gpt-5.2); its model is the judge driver's, or judge_model (protocol paper: the paper's is gpt-5.2).
+        screen: the screen of null-model and judge-addressing answers (its thresholds; count_flagged null: a flagged
+        submission counts under paper, as the original counts it, and not under a2rl)."""
+        super().__init__(spec, judge_seed, metric, screen)
         if not isinstance(judge, dict) or not judge.get("provider") or judge.get("provider") == "none":
             raise ConfigError(f"task {spec.name}: an LLM judge is required (task.judge=NAME of a conf/driver file, "
                               "e.g. gpt or local-vllm); without a key, use task=alpacaeval_offline")
@@ -133,6 +159,10 @@ class AlpacaEvalTask(PairwiseTask):
 
     def judge_driver(self) -> dict | None:
         return self.judge
+
+    def judge_prompt(self) -> screening.JudgePrompt:
+        return alpaca_eval_annotator.judge_prompt(self.annotators_config) if self.protocol == "paper" else \
+            super().judge_prompt()
 
     # -- the paper protocol ---------------------------------------------------------------------------------------
     def decoding(self) -> Decoding:
@@ -174,7 +204,7 @@ class AlpacaEvalTask(PairwiseTask):
                    "draws": sum(i["preference"] == 1.5 for i in items),
                    "unparsed": sum(i["preference"] is None for i in items),
                    "judgements_cached": sum(i["cached"] for i in items)}
-        return {"score": metrics["lc_win_rate"], "metrics": metrics}
+        return self.screened({"score": metrics["lc_win_rate"], "metrics": metrics}, items, rows)
 
     def judging_instructions(self) -> str:
         if self.protocol != "paper":

@@ -53,9 +53,12 @@ def make_item(rng: random.Random) -> dict:
 @register("task", "instruct_offline")
 class InstructOfflineTask(PairwiseTask):
     def __init__(self, spec: TaskSpec, *, train_size: int, eval_size: int, train_seed: int, eval_seed: int,
-                 eval_salt: str | None, judge_seed: int = 0, metric: str = "win_rate"):
-        """eval_salt: null keeps a random secret in CACHE_DIR/grading/eval-salt (a fixed string: reproductions)."""
-        super().__init__(spec, judge_seed, metric)
+                 eval_salt: str | None, judge_seed: int = 0, metric: str = "win_rate", screen: dict | None = None):
+        """eval_salt: null keeps a random secret in CACHE_DIR/grading/eval-salt (a fixed string: reproductions).
+        screen: the screen of null-model and judge-addressing answers (contracts/screening.py), its
+        markers read off the pairwise judge's prompt (what an LLM judge of this shape is asked; the rubric judge
+        reads none)."""
+        super().__init__(spec, judge_seed, metric, screen)
         self.train_size, self.eval_size = int(train_size), int(eval_size)
         self.train_seed, self.eval_seed, self.eval_salt = int(train_seed), int(eval_seed), eval_salt
 

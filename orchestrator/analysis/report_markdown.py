@@ -87,19 +87,23 @@ def _contamination_section(cells: pd.DataFrame) -> list[str]:
 
 
 def _doubts_section(cells: pd.DataFrame) -> list[str]:
-    """Cells whose result is in doubt (a known checkpoint submitted, general ability lost: tables.DOUBTFUL_FLAGS)
-    per group, and the results with and without them; nothing when no cell is."""
+    """Cells whose result is in doubt (a known checkpoint submitted, general ability lost, judged answers screened
+    as a null model's or aimed at the judge: tables.DOUBTFUL_FLAGS) per group, and the results with and without
+    them; nothing when no cell is."""
     done = cells[cells["status"].isin(tables.FINISHED_STATUSES)]
     doubts = done["doubts"].fillna("") if "doubts" in done else pd.Series("", index=done.index)
     flagged = doubts != ""
     if not flagged.any():
         return []
     counts = {f: int(doubts.str.contains(f).sum()) for f in tables.DOUBTFUL_FLAGS}
-    return ["## Checkpoint identity and retention", ""] + _with_and_without(done, flagged) + [
+    return ["## Checkpoint identity, retention and screened answers", ""] + _with_and_without(done, flagged) + [
         f"{int(flagged.sum())} of {len(done)} runs flagged: " + ", ".join(f"{f} x{n}" for f, n in counts.items() if n)
         + ". known_checkpoint: a submission far closer to a known public checkpoint (task.known_models) than to the "
         "base model; retention_drop: the final submission lost more than task.retention.max_drop points on the "
-        "retention task's items. Each cell's report names the model and the distances, or the scores.", ""]
+        "retention task's items; null_model: a judged submission whose answers were near-constant across items "
+        "(and won); judge_injection: one whose answers addressed the judge's prompt (a judged score of such a "
+        "submission counts under protocol paper and is withheld under a2rl: task.screen.count_flagged). Each "
+        "cell's report names the model and the distances, the scores, or the items and what matched.", ""]
 
 
 def _with_and_without(cells: pd.DataFrame, flagged: pd.Series) -> list[str]:

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 
 from contracts.code_snapshots import diff_summary, search
+from contracts.screening import FLAGS as SCREEN_FLAGS
+from contracts.screening import describe as describe_screen
 from orchestrator.analysis import tables
 from orchestrator.analysis.cost import cell_cost, metered_totals
 from orchestrator.analysis.markdown import fmt, md_table
@@ -74,6 +76,9 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         trajectory.append({"index": p.get("submission_id"), "t": e["t"], "score": p.get("score"),
                            "improvement": improvement, "best_so_far": best, "flags": list(p.get("flags") or []),
                            "error": p.get("error"), "code_commit": p.get("code_commit"), "valid": valid})
+        screen = (p.get("metrics") or {}).get("screen")
+        if screen and set(p.get("flags") or ()) & set(SCREEN_FLAGS):  # the judged answers' screen: its evidence
+            trajectory[-1]["screen"] = screen
 
     outcome = payloads["outcome"][-1]["payload"] if payloads["outcome"] else {}
     exit_code = outcome.get("exit_code")
@@ -113,6 +118,10 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         "cached_count": sum("cached" in s["flags"] for s in trajectory),
         # submissions that are a known public checkpoint (which, and its distances to it and to the base)
         "known_checkpoint_count": len(known), "known_checkpoints": known,
+        # judged submissions flagged null_model / judge_injection, with what the screen found (contracts/screening)
+        "screened": [{"index": s["index"], "flags": [f for f in s["flags"] if f in SCREEN_FLAGS],
+                      "counted": s["screen"].get("counted", True), "score": s["screen"].get("score"),
+                      "evidence": describe_screen(s["screen"])} for s in trajectory if "screen" in s],
         "elapsed_s": elapsed,
         "gap_after_last_submission_s": (elapsed - trajectory[-1]["t"]) if elapsed is not None and trajectory
         else elapsed,
@@ -297,6 +306,9 @@ def render_markdown(r: dict) -> str:
         base = "another shape" if k["base_distance"] is None else f"{k['base_distance']:.3g}"
         lines.append(f"- **Known checkpoint**: submission #{k['index']} is {k['model']} (relative distance "
                      f"{k['distance']:.3g} to it, {base} to the base)")
+    for s in r.get("screened") or []:
+        lines.append(f"- **Screened answers**: submission #{s['index']} flagged {', '.join(s['flags'])}, its judged "
+                     f"score {fmt(s['score'])} " + ("counted" if s["counted"] else "withheld") + f": {s['evidence']}")
     if r.get("contaminated"):
         found = r.get("contamination") or []
         lines.append(f"- **Contamination**: hidden eval items found in what the agent wrote ({len(found)} at the end"

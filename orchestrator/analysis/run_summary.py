@@ -29,6 +29,8 @@ from agents.proxy.upstream import RetryPolicy, UpstreamUnreachable
 from agents.proxy.usage import Usage, cost_usd, usage_from_body
 from contracts.code_snapshots import diff_text
 from contracts.records import append_jsonl, write_json_durably
+from contracts.screening import FLAGS as SCREEN_FLAGS
+from contracts.screening import describe as describe_screen
 from contracts.specs import ConfigError, to_plain
 from evaluators.judging.client import CHAT_PROVIDERS, chat_request, reply_text
 from orchestrator.analysis import run_report
@@ -154,7 +156,11 @@ def _event_line(e: dict) -> str | None:
                 + (f", improvement {p['improvement']:+.3f}" if p.get("improvement") is not None else "")
                 + (f", flags {', '.join(p['flags'])}" if p.get("flags") else "")
                 + (f", error: {_one_line(p['error'])}" if p.get("error") else "")
-                + (f", commit {p['code_commit'][:10]}" if p.get("code_commit") else ""))[:LINE_LIMIT]
+                + (f", commit {p['code_commit'][:10]}" if p.get("code_commit") else "")
+                # what the screen of judged answers found (its items, what matched), last: the line may be cut
+                + (f"; screened: {describe_screen(p['metrics']['screen'])}"
+                   if set(p.get("flags") or ()) & set(SCREEN_FLAGS) and (p.get("metrics") or {}).get("screen")
+                   else ""))[:LINE_LIMIT]
     if p.get("type") == "usage":  # token counts: the report has the metered ones
         return None
     fields = ", ".join(f"{k}={_one_line(v if isinstance(v, str) else json.dumps(v))}" for k, v in p.items()

@@ -28,9 +28,10 @@ GROUP = ["task", "agent", "driver", "mode"]
 FILTER_KEYS = ("task", "agent", "driver", "sweep", "seed", "mode")
 INFRA_POLICIES = ("failure", "exclude")
 # Flags that put a cell's result in doubt: a submission that is not the agent's training (a known public checkpoint,
-# evaluators/identity.py), a final model that lost the general ability its task keeps (task.retention). Tables give
+# evaluators/identity.py), a final model that lost the general ability its task keeps (task.retention), judged
+# answers that barely depend on the instruction or address the judge (contracts/screening.py). Tables give
 # the results without such cells beside the results with them.
-DOUBTFUL_FLAGS = ("known_checkpoint", "retention_drop")
+DOUBTFUL_FLAGS = ("known_checkpoint", "retention_drop", "null_model", "judge_injection")
 
 CELL_COLUMNS = ["cell_id", "sweep", "agent", "driver", "task", "seed", "status", "attempts", "baseline_score",
                 "best_score", "improvement", "n_submissions", "limit_hit", "started_at", "ended_at", "error", "spec",
