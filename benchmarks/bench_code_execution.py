@@ -32,8 +32,22 @@ import yaml  # noqa: E402
 
 from contracts.task import load_task  # noqa: E402
 from evaluators import code_execution as new  # noqa: E402
+from evaluators.code_execution import referee  # noqa: E402
 
 FILES = ("__init__.py", "prelude.py")
+CALLS: list[int] = []  # calls each program's tests made, now
+
+
+def counting(judge):
+    def counted(self, *args):
+        verdict = judge(self, *args)
+        CALLS.append(self.calls)
+        return verdict
+
+    return counted
+
+
+referee.Referee.judge = counting(referee.Referee.judge)
 
 
 def git(*args: str) -> str:
@@ -103,6 +117,7 @@ def main() -> None:
                 ratio = statistics.median(n / o for n, o in zip(times["now"], times["before"]))  # paired by round
                 print(f"{harness:11} {workers:7d} {old_ms:8.1f} {new_ms:8.1f} {ratio:9.2f}x  "
                       f"{passed['before']}, {passed['now']}", flush=True)
+        print(f"calls of the function per program: mean {statistics.mean(CALLS):.1f}, at most {max(CALLS)}")
 
         print(f"\n2. one program whose tests call the function {args.calls} times (a2rl), ms per program")
         source = "def add(a, b):\n    return a + b\n"
