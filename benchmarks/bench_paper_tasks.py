@@ -114,8 +114,8 @@ def main() -> None:
     for label, run in (("sandbox, 1 at a time", lambda: run_programs(programs, humaneval.limits, workers=1)),
                        (f"sandbox, {args.workers} at a time",
                         lambda: run_programs(programs, humaneval.limits, workers=args.workers)),
-                       ("bare python, 1 at a time", lambda: [bare_run(p.source + f"\ncheck({p.entry_point})\n")
-                                                              for p in programs])):
+                       ("bare python, 1 at a time",
+                        lambda: [bare_run(f"{p.source}\n{p.tests}\ncheck({p.entry_point})\n") for p in programs])):
         start = time.perf_counter()
         results = run()
         timings[label] = time.perf_counter() - start
