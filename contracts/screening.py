@@ -152,9 +152,9 @@ def derive_markers(judge: JudgePrompt) -> Markers:
             if heading and len(_WORDS.findall(heading.group(1))) >= 2:
                 add(f"the judge prompt's heading {heading.group(0).strip()!r}",
                     r"#{1,6}\s*" + _loose(heading.group(1)))
-            label = re.match(r"\s*([A-Za-z][A-Za-z ]*?)\s*:\s*\{\w+\}", line)
-            if label and len(label.group(1).split()) >= 2:
-                add(f"the judge prompt's label {label.group(1) + ':'!r}", r"\b" + _loose(label.group(1)) + r"\s*:")
+            field = re.match(r"\s*([A-Za-z][A-Za-z ]*?)\s*:\s*\{\w+\}", line)
+            if field and len(field.group(1).split()) >= 2:
+                add(f"the judge prompt's label {field.group(1) + ':'!r}", r"\b" + _loose(field.group(1)) + r"\s*:")
         for key, value in re.findall(r'"(\w+)"\s*:\s*"([^"{}\n]+)"', text):
             add(f'the judge prompt\'s field "{key}": "{value}"', rf'"{re.escape(key)}"\s*:\s*"{re.escape(value)}"',
                 0)
@@ -231,7 +231,7 @@ def shingles(answer: str) -> frozenset[str]:
 def similarity(answers: Sequence[str]):
     """The answers' pairwise Jaccard similarities of their word 3-grams (a dense n x n numpy array)."""
     import numpy as np
-    from scipy import sparse
+    from scipy import sparse  # type: ignore[import-untyped]
 
     vocab: dict[str, int] = {}
     rows, cols = [], []
@@ -252,7 +252,7 @@ def null_model_measure(ids: Sequence[str], answers: Sequence[str], won: Sequence
     import numpy as np
 
     n = len(answers)
-    out = {"answered": n, "max_mode_share": settings.max_mode_share, "near_same": settings.near_same,
+    out: dict = {"answered": n, "max_mode_share": settings.max_mode_share, "near_same": settings.near_same,
            "min_items": settings.min_items, "flagged": False}
     if n < 2:
         return {**out, "mode_share": None, "mean_similarity": None}
@@ -287,10 +287,10 @@ def screen(ids: Sequence[str], answers: Sequence[str | None], won: Sequence[bool
     know": neither measured nor scanned). won: whether each item was scored a win; instructions: each item's
     instruction or question (None: taken as all different)."""
     answered = [i for i, a in enumerate(answers) if a is not None]
-    null = null_model_measure([ids[i] for i in answered], [answers[i] for i in answered],
+    null = null_model_measure([ids[i] for i in answered], [answers[i] or "" for i in answered],
                               [won[i] for i in answered], settings,
                               None if instructions is None else [instructions[i] for i in answered])
-    hits = {ids[i]: found for i in answered if (found := markers.find(answers[i]))}
+    hits = {ids[i]: found for i in answered if (found := markers.find(answers[i] or ""))}
     flags = (["null_model"] if null["flagged"] else []) + (["judge_injection"] if hits else [])
     report = {"null_model": null,
               "judge_injection": {"judge": markers.judge, "items": len(hits), "flagged": bool(hits),
