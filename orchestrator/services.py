@@ -9,6 +9,8 @@ replace or reach each other's services. On exit they are removed together, unles
 from __future__ import annotations
 
 import socket
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,6 +55,46 @@ def http_address() -> tuple[str, int]:
     return host, int(config.port)
 
 
+class ServeStartTimeout(TimeoutError):
+    """Serve's HTTP proxy was not up within the wait the sweep allows its services."""
+
+
+def start_serve(host: str, port: int, wait_s: float) -> None:
+    """Start Serve (its controller and HTTP proxy) on the cluster, or join the one running there, and return once its
+    proxy answers. wait_s (grading.service_timeout_s) is how long a slow machine may take.
+
+    Ray 2.60's own waits suit a quiet machine: its controller kills a proxy actor that is not ready within
+    RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S (5 s) or that misses health checks of RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S
+    (10 s), and serve.start gives up after HTTP_PROXY_TIMEOUT (60 s, not a setting). At load 4 on 2 cores the proxy's
+    worker process had not even started within 5 s: it was killed ("The actor never ran") and the sweep died before
+    its first cell. So the controller is given the sweep's own service wait for both checks, and when serve.start
+    still gives up, the controller (which lives on) is waited for until its proxies are up."""
+    import ray
+    from ray import serve
+
+    checks = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(float(wait_s)),
+              "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": str(float(wait_s))}
+    deadline = time.monotonic() + wait_s
+    try:
+        # (controller_options, like http_options, only apply to a controller started here)
+        serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"},
+                    controller_options={"runtime_env": {"env_vars": checks}})
+        return
+    except (TimeoutError, ray.exceptions.RayActorError) as e:
+        print(f"[a2rl] Serve's HTTP proxy is slow to start ({type(e).__name__}: {str(e).strip().splitlines()[0]}); "
+              f"waiting for it up to {wait_s:.0f} s in all (grading.service_timeout_s)", file=sys.stderr)
+    proxies: dict = {}
+    while time.monotonic() < deadline:
+        proxies = {node: str(getattr(state, "value", state)) for node, state in serve.status().proxies.items()}
+        if proxies and all(state in ("HEALTHY", "DRAINING") for state in proxies.values()):
+            return
+        time.sleep(1.0)
+    raise ServeStartTimeout(
+        f"Serve's HTTP proxy was not up {wait_s:.0f} s after the sweep started it (grading.service_timeout_s="
+        f"{wait_s:g}); proxies by node: {proxies or 'none'}. The machine may be too busy to start a process in that "
+        "time: raise grading.service_timeout_s, or see the proxy's log under the Ray session's logs/serve/")
+
+
 def free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -64,8 +106,6 @@ def sweep_services(cfg: DictConfig, tasks: list[TaskSpec], keys: dict[str, str] 
                    remove_on_exit: bool) -> Iterator[Endpoints]:
     """keys: the real driver keys (None: no driver proxy); remove_on_exit: delete the applications at the end."""
     import logging
-
-    from ray import serve
 
     from contracts.runs import get_or_create_registry
     from contracts.serving import remove, scoped, scoped_route
@@ -80,7 +120,7 @@ def sweep_services(cfg: DictConfig, tasks: list[TaskSpec], keys: dict[str, str] 
         # it outlives its own death (its journal brings it back)
         get_or_create_registry(Path(cfg.output_dir).expanduser() / REGISTRY_JOURNAL, scope)
         port = cfg.grading.port or free_port(cfg.grading.host)
-        serve.start(http_options={"host": cfg.grading.host, "port": port}, logging_config={"log_level": "WARNING"})
+        start_serve(cfg.grading.host, port, float(cfg.grading.service_timeout_s))
         host, port = http_address()
         url = f"http://{host}:{port}"
         driver_url = None

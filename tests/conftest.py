@@ -48,7 +48,10 @@ def ray_cluster(cache_dir, grading_port, tmp_path_factory):
 
     ray.init(address="local", num_cpus=4, resources={"emulated_gpu": 1}, _node_ip_address="127.0.0.1",
              include_dashboard=False, namespace="a2rl", log_to_driver=False, logging_level="WARNING")
-    serve.start(http_options={"host": "127.0.0.1", "port": grading_port}, logging_config={"log_level": "WARNING"})
+    from orchestrator.services import start_serve
+
+    # as a sweep starts it: with the waits a busy machine needs (a sweep then joins this Serve, keeping its settings)
+    start_serve("127.0.0.1", grading_port, float(compose([]).grading.service_timeout_s))
     from contracts.runs import get_or_create_registry
 
     get_or_create_registry(tmp_path_factory.mktemp("registry") / "journal.jsonl")  # as a sweep makes it

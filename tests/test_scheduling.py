@@ -229,7 +229,8 @@ def test_the_sweep_survives_its_trial_controller_dying(run_sweep, monkeypatch):
     know and raises "Caught unexpected exception" out of its controller's step: Tune's controller dies (seen with a
     memory bomb, which left both cells `running`). That one fault is injected where Tune raises it, in the
     controller's step (a Tune callback), since Ray's memory monitor cannot be aimed at one worker here; the rest is
-    real: no cell is left running, the cut-off cell runs again, and the sweep finishes."""
+    real: no cell is left running, the cut-off cell runs again, and the sweep finishes. Two sleeper cells: each ends
+    by its budget whatever the machine's speed (a noop cell beside one ran out of its 4 s at load 14)."""
     from orchestrator import callbacks
     from orchestrator.cell_report import CellReport
 
@@ -242,10 +243,11 @@ def test_the_sweep_survives_its_trial_controller_dying(run_sweep, monkeypatch):
             raise RuntimeError("Caught unexpected exception: Task was killed due to the node running low on memory")
 
     monkeypatch.setattr(callbacks.LedgerCallback, "on_trial_result", dies_once)
-    _, text, out = run_sweep(SMOKE + ["cluster.max_retries=1"])
+    _, text, out = run_sweep(SMOKE + ["sweep.agents=[sleeper]", "sweep.seeds=[0,1]", "cluster.max_retries=1"])
     rows = ledger_of(out).cells().values()
     assert fired and "trial controller died" in text and "retrying" in text, text
-    assert sorted(r["status"] for r in rows) == ["budget_exhausted", "completed"], [dict(r) for r in rows]
+    assert [(r["status"], r["limit_hit"]) for r in rows] == [("budget_exhausted", "wall_time")] * 2, \
+        [dict(r) for r in rows]
     assert max(r["attempts"] for r in rows) == 2
     assert not [p for p in psutil.process_iter(["cmdline"]) if "working until the budget ends" in
                 " ".join(p.info["cmdline"] or [])]
