@@ -162,9 +162,10 @@ class WebShopTask(InteractiveTask):
         if self.data_path and download.missing(self.data_path):
             download.fetch(self.data_path, sources["webshop"], pins)
         if self.data_path and self.protocol == "paper":
-            from envs.webshop.lucene_search import build_index
+            from envs.webshop.lucene_search import build_index, index_dir_for
 
-            build_index(self._data.products(), self._lucene_index())
+            products = self._data.products()  # (read once: the index's folder is named by their digest)
+            build_index(products, index_dir_for(self.cache_dir, products))
         if self.protocol == "paper" and original_model_data(self.cache_dir) is None:
             url = sources["spacy_model"]
             fetch_original_model(url, self.cache_dir, pins.get(url.rsplit("/", 1)[-1]))
