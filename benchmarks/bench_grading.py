@@ -51,7 +51,7 @@ def throughput(cfg: dict, cache: Path, n: int, batch: int) -> tuple[float, float
         backend = TransformersBackend(batch_size=size, torch_threads=1)
         loaded = backend.load(model_dir)
         start = time.perf_counter()
-        results[size] = (backend.generate(loaded, conversations, task.grader.max_new_tokens),
+        results[size] = (backend.generate(loaded, conversations, task.decoding()),
                          time.perf_counter() - start)
         backend.unload(loaded)
     same = results[batch][0] == results[1][0]

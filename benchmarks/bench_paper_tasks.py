@@ -1,7 +1,7 @@
 """Grading time per submission for the paper's level-1 tasks, gsm8k and humaneval, with a base model on this machine.
 
     .venv/bin/python benchmarks/bench_paper_tasks.py [--model tiny] [--gsm8k-items 1319] [--humaneval-items 82]
-        [--protocols a2rl,paper] [--workers 2]
+        [--protocols a2rl,paper] [--workers 2] [--backend transformers]
 
 1. One submission of the model, as the grader does it (evaluators.evaluate: load, greedy generation of every
    hidden item, scoring): seconds per stage and per submission, for each task at its conf/task settings, under each
@@ -63,7 +63,9 @@ def submission(task, model_dir: Path) -> dict:
 
 
 def bare_run(source: str) -> bool:
-    """The same program without any isolation: the cost the sandbox adds is measured against this."""
+    """The same program without any isolation: the cost the sandbox adds is measured against this. `tests` holds
+    the problem's prompt (its helpers, and the function's bare signature), so it goes first and the model's source
+    then defines the function."""
     return subprocess.run([sys.executable, "-c", source], capture_output=True, timeout=30).returncode == 0
 
 
@@ -74,6 +76,8 @@ def main() -> None:
     parser.add_argument("--humaneval-items", type=int, default=82, help="the first n hidden problems")
     parser.add_argument("--protocols", default="a2rl,paper")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--backend", default=None,
+                        help="the grader's backend (default: the task's; on a GPU a paper task's auto is vLLM)")
     args = parser.parse_args()
 
     import torch
@@ -89,11 +93,16 @@ def main() -> None:
     model_dir = resolve_base_model(args.model, cache / "models")
     conf = {name: yaml.safe_load((ROOT / "conf" / "task" / f"{name}.yaml").read_text())
             for name in ("gsm8k", "humaneval")}
-    print(f"model {args.model}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    if args.backend:
+        for task_conf in conf.values():
+            task_conf["grader"] = {**task_conf.get("grader", {}), "backend": args.backend}
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    print(f"model {args.model}, {os.cpu_count()} CPUs, {gpu}, load average {os.getloadavg()[0]:.1f}")
 
     with tempfile.TemporaryDirectory() as tmp:
         data = str(gsm8k_stand_in(Path(tmp) / "gsm8k", 7473, args.gsm8k_items))
-        print("\n1. one submission (load, generate, score), conf/task settings, one torch thread")
+        backend = args.backend or "as conf/task says"
+        print(f"\n1. one submission (load, generate, score), conf/task settings, one torch thread, backend {backend}")
         print(f"{'task':10} {'protocol':8} {'items':>5} {'max_new':>7} {'load s':>7} {'generate s':>10} "
               f"{'score s':>8} {'total s':>8} {'s/item':>7} {'score':>6}")
         for protocol in args.protocols.split(","):
@@ -115,7 +124,7 @@ def main() -> None:
                        (f"sandbox, {args.workers} at a time",
                         lambda: run_programs(programs, humaneval.limits, workers=args.workers)),
                        ("bare python, 1 at a time",
-                        lambda: [bare_run(f"{p.source}\n{p.tests}\ncheck({p.entry_point})\n") for p in programs])):
+                        lambda: [bare_run(f"{p.tests}\n{p.source}\ncheck({p.entry_point})\n") for p in programs])):
         start = time.perf_counter()
         results = run()
         timings[label] = time.perf_counter() - start

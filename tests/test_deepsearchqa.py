@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import pickle
 import secrets
 import shutil
@@ -133,6 +134,44 @@ def test_a_batch_of_steps_answers_as_the_steps_one_by_one(task):
         assert [e.steps for e in together] == [e.steps for e in alone]
     assert answered[1][1].won and not answered[1][2].won and answered[0][2].observation.startswith("No results")
     assert answered[2][1].observation == "The episode is over." and answered[1][3].done  # answered; out of steps
+
+
+def test_search_keeps_jax_off_the_gpu_where_jax_is_installed(tmp_path):
+    """bm25s runs a JAX top-k on import when JAX is installed, and JAX on a GPU then reserves 75% of its memory in
+    every process that searches. A JAX that fails unless kept on the CPU (JAX_PLATFORMS=cpu) is put first on the
+    path: both local searches (DeepSearchQA's world, WebShop's store) must answer, and rank with numpy."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "jax"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("from . import lax, numpy\n")
+    (fake / "numpy.py").write_text("")
+    (fake / "lax.py").write_text(
+        "import os\n"
+        "import numpy as np\n"
+        "calls = 0\n"
+        "def top_k(x, k):\n"
+        "    global calls\n"
+        "    calls += 1\n"
+        "    if os.environ.get('JAX_PLATFORMS') != 'cpu':\n"
+        "        raise RuntimeError('JAX on the GPU: it reserves 75% of its memory')\n"
+        "    return np.sort(x)[::-1][:k], np.argsort(x)[::-1][:k]\n")
+    script = ("from envs.deepsearchqa.search import LocalIndex\n"
+              "from envs.deepsearchqa.world import Document\n"
+              "from envs.webshop.search import SearchEngine\n"
+              "import jax.lax\n"
+              "docs = [Document('Ada', 'Ada Lovelace wrote the first program'), Document('Bob', 'Bob bakes bread')]\n"
+              "print(LocalIndex(docs).search('who wrote the first program', 1)[0].title)\n"
+              "shop = SearchEngine([{'asin': a, 'Title': t, 'Description': '', 'BulletPoints': [], 'options': {}}\n"
+              "                     for a, t in (('A1', 'red shoes'), ('B2', 'blue hat'))])\n"
+              "print(shop.search('blue hat', 1))\n"
+              "print(jax.lax.calls)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[1])])}
+    env.pop("JAX_PLATFORMS", None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:3] == ["Ada", "['B2']", "1"]  # bm25s's one probe on import, no JAX ranking
 
 
 def test_bad_actions_are_answered_in_game(task):

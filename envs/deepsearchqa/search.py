@@ -31,6 +31,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs.bm25 import load_bm25s
 from envs.deepsearchqa.world import Document
 from contracts.infra import InfraError
 
@@ -53,7 +54,7 @@ class LocalIndex:
 
     def _built(self):
         if self._index is None:
-            import bm25s
+            bm25s = load_bm25s()
 
             tokenizer = bm25s.tokenization.Tokenizer(stopwords="en")
             ids = tokenizer.tokenize([f"{d.title} {d.text}" for d in self.documents], show_progress=False,
@@ -71,8 +72,9 @@ class LocalIndex:
         tokenizer, retriever = self._built()
         ids = tokenizer.tokenize(list(queries), show_progress=False, update_vocab=False)
         k = min(k, len(self.documents))
-        # n_threads=0: in this thread (any other number starts a thread pool per call: ~30% more CPU a search)
-        docs, scores = retriever.retrieve(ids, k=k, show_progress=False, n_threads=0)
+        # n_threads=0: in this thread (any other number starts a thread pool per call: ~30% more CPU a search);
+        # numpy's top-k, which bm25s picks where JAX is absent: the same ranking, ties included, on every machine
+        docs, scores = retriever.retrieve(ids, k=k, show_progress=False, n_threads=0, backend_selection="numpy")
         return [[Hit(self.documents[i].title, self.documents[i].text)
                  for i, score in zip(row_docs.tolist(), row_scores.tolist()) if score > 0]
                 for row_docs, row_scores in zip(docs, scores)]

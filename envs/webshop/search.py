@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from envs.bm25 import load_bm25s
+
 SEARCH_RETURN_N = 50
 
 
@@ -20,7 +22,7 @@ def document(product: dict) -> str:
 
 class SearchEngine:
     def __init__(self, products: list[dict]):
-        import bm25s
+        bm25s = load_bm25s()
 
         self.asins = [p["asin"] for p in products]
         self.tokenizer = bm25s.tokenization.Tokenizer(stopwords="en", stemmer=None)
