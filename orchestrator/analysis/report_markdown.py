@@ -6,7 +6,8 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.analysis import audit, run_report, run_summary, tables
-from orchestrator.analysis.markdown import MISSING, fmt, md_table
+from orchestrator.analysis.formats import MISSING, fmt
+from orchestrator.analysis.markdown import md_table
 
 GROUP = tables.GROUP
 # the columns of the summaries table (report._summaries_table makes it; an empty one when none was asked)
