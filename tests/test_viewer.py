@@ -222,7 +222,7 @@ def test_the_report_and_the_viewer_show_one_models_numbers(real_sweep):
     assert len(table["rows"]) == len(exclude) > 0
     markdown = (report_dir / "report.md").read_text()
     for r, text in zip(exclude.to_dict("records"), table["rows"]):
-        assert text[table["columns"].index("mean")] == formats.fmt(r["mean"])
+        assert text[table["columns"].index("mean")] == formats.table_value(r["mean"])
         assert formats.fmt(r["mean"], signed=True) in markdown
 
     live = viewer_data.build_sweep(out, n_boot=200)  # what `view` shows, from the ledger

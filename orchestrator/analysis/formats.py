@@ -62,6 +62,13 @@ def show(value, format: str) -> str:
     return MISSING if value is None or value is pd.NA or (isinstance(value, float) and value != value) else str(value)
 
 
+def table_value(value) -> str:
+    """A value in a table whose columns name no format (the report's tables on a page): a whole number as one (the
+    counts), other numbers as scores."""
+    whole = isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer()
+    return show(value, "count" if whole else "score")
+
+
 @dataclass(frozen=True)
 class Column:
     key: str             # the cells frame's column (flags and outcome_class: the sweep model's)

@@ -122,7 +122,7 @@ def _with_and_without(cells: pd.DataFrame, flagged: pd.Series) -> list[str]:
 
 
 def _usd(value) -> str:
-    return MISSING if value is None or pd.isna(value) else f"${value:.4f}"
+    return MISSING if value is None or pd.isna(value) else "$" + fmt(float(value), 4)
 
 
 def _cost_section(improvement: pd.DataFrame) -> list[str]:

@@ -34,9 +34,10 @@ INFRA_POLICIES = ("failure", "exclude")
 # the results without such cells beside the results with them.
 DOUBTFUL_FLAGS = ("known_checkpoint", "retention_drop", "null_model", "judge_injection")
 
-CELL_COLUMNS = ["cell_id", "sweep", "agent", "driver", "task", "seed", "status", "attempts", "baseline_score",
-                "best_score", "improvement", "n_submissions", "limit_hit", "started_at", "ended_at", "error", "spec",
-                "final_score", "final_baseline_score", "final_improvement", "contaminated"]
+# the ledger's cell columns the cells frame keeps (what a page or table shows of them: formats.CELL_TABLE)
+LEDGER_COLUMNS = ["cell_id", "sweep", "agent", "driver", "task", "seed", "status", "attempts", "baseline_score",
+                  "best_score", "improvement", "n_submissions", "limit_hit", "started_at", "ended_at", "error", "spec",
+                  "final_score", "final_baseline_score", "final_improvement", "contaminated"]
 BUDGET_KEYS = ("wall_time_s", "max_submissions", "max_tokens", "max_cost_usd", "cpus", "gpus", "max_reprompts")
 SUBMISSION_KEYS = ("submission_id", "score", "baseline_score", "improvement", "best", "error", "elapsed_s",
                    "code_commit")
@@ -139,7 +140,7 @@ def mode_of(spec: str | dict) -> str:
 
 
 def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
-    out = cells[[c for c in CELL_COLUMNS if c in cells.columns]].copy()
+    out = cells[[c for c in LEDGER_COLUMNS if c in cells.columns]].copy()
     specs = [json.loads(s) if isinstance(s, str) else {} for s in out["spec"]]
     budgets = [spec.get("budget", {}) for spec in specs]
     out["mode"] = [mode_of(spec) for spec in specs]

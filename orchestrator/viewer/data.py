@@ -145,12 +145,11 @@ def frame_records(frame: pd.DataFrame) -> dict:
 
 def shown_table(frame: pd.DataFrame, columns: list[str] | None) -> dict:
     """A table as a page shows it: its view's columns, the infra-errors-excluded rows where both are given, each
-    value formatted (a whole number as one, others with formats' score digits)."""
+    value formatted (formats.table_value)."""
     if "infra_errors" in frame:
         frame = frame[frame["infra_errors"] == "exclude"]
     columns = [c for c in (columns or frame.columns) if c in frame.columns and c != "infra_errors"]
-    rows = [[formats.show(v, "count" if isinstance(v, (int, float)) and float(v).is_integer() else "score")
-             for v in row] for row in tables.plain(frame[columns].to_numpy().tolist())]
+    rows = [[formats.table_value(v) for v in row] for row in tables.plain(frame[columns].to_numpy().tolist())]
     return {"columns": columns, "rows": rows}
 
 

@@ -45,7 +45,7 @@ function el(tag, attrs, ...children) {
 // their values already formatted, so only what the script reads from the records unparsed (a transcript's payloads,
 // a plot's hover) is formatted here, by the same names.
 let FORMATS = {};
-function show(v, name) {
+function formatted(v, name) {
   const spec = FORMATS[name] || {};
   if (v === null || v === undefined || (typeof v === "number" && isNaN(v))) return "—";
   if (typeof v !== "number") return String(v);
@@ -229,7 +229,7 @@ function drawHeatmap(table) {
   }));
   const limit = Math.max(1e-9, ...z.flat().filter((v) => v !== null).map(Math.abs));
   plotly(div, [{ type: "heatmap", z, x: who, y: tasks, colorscale: "RdBu", zmin: -limit, zmax: limit, reversescale: true,
-    text: z.map((r) => r.map((v) => show(v, "gain_short"))), texttemplate: "%{text}",
+    text: z.map((r) => r.map((v) => formatted(v, "gain_short"))), texttemplate: "%{text}",
     hovertemplate: "%{y} · %{x}<br>mean improvement %{z:.3f}<extra></extra>" }],
   { height: 120 + 40 * tasks.length, margin: { l: 120, r: 15, t: 20, b: 90 } });
 }
@@ -305,10 +305,10 @@ function drawTrajectory(data) {
   const base = r.baseline_score ?? 0;
   const valid = subs.filter((s) => s.valid);
   const color = (s) => (s.flags.includes("copy_of_base") || s.flags.includes("known_checkpoint") ? "#d62728" : s.flags.length ? "#ff7f0e" : "#1f77b4");
-  const hover = (s) => `#${s.index} at ${show(s.t, "seconds")} s<br>score ${show(s.score, "score")} (${show(s.improvement, "gain")})` +
+  const hover = (s) => `#${s.index} at ${formatted(s.t, "seconds")} s<br>score ${formatted(s.score, "score")} (${formatted(s.improvement, "gain")})` +
     (s.flags.length ? `<br>flags: ${s.flags.join(", ")}` : "") + (s.error ? `<br>error: ${String(s.error).slice(0, 120)}` : "") +
     (s.code_commit ? `<br>code ${s.code_commit.slice(0, 10)}` : "") +
-    (data.final && data.final.submission_id === s.index ? `<br>held-out ${show(data.final.score, "score")}` : "");
+    (data.final && data.final.submission_id === s.index ? `<br>held-out ${formatted(data.final.score, "score")}` : "");
   const end = Math.max(r.elapsed_s || 0, ...subs.map((s) => s.t));
   const traces = [
     { x: [0, end], y: [base, base], name: "baseline", mode: "lines", line: { dash: "dot", color: "grey" }, hoverinfo: "skip" },
@@ -323,7 +323,7 @@ function drawTrajectory(data) {
   if (data.final && data.final.score !== null && data.final.score !== undefined) {
     const at = subs.find((s) => s.index === data.final.submission_id);
     traces.push({ x: [at ? at.t : end], y: [data.final.score], name: "held-out final", mode: "markers",
-      marker: { symbol: "diamond", size: 13, color: "#9467bd" }, hovertemplate: `held-out ${show(data.final.score, "score")} (n=${data.final.n})<extra></extra>` });
+      marker: { symbol: "diamond", size: 13, color: "#9467bd" }, hovertemplate: `held-out ${formatted(data.final.score, "score")} (n=${data.final.n})<extra></extra>` });
   }
   plotly(div, traces, { xaxis: { title: { text: "time since the attempt started (s)" } }, yaxis: { title: { text: "score" } } });
 }
@@ -345,14 +345,14 @@ function textBlock(text, cls) {
 }
 function entryView(e) {
   const p = e.payload, kind = kindOf(e);
-  const head = el("a", { class: "t", href: `#t=${e.t.toFixed(1)}`, title: "link to this moment" }, `t=${show(e.t, "seconds")}s`);
+  const head = el("a", { class: "t", href: `#t=${e.t.toFixed(1)}`, title: "link to this moment" }, `t=${formatted(e.t, "seconds")}s`);
   const box = (cls, ...children) => el("div", { class: `entry ${cls}`, id: `e-${e.n}`, "data-t": e.t.toFixed(1), "data-kind": kind }, head, ...children);
   if (e.kind === "agent_trace") {
     switch (p.type) {
       case "message": return box(`message role-${p.role}`, el("span", { class: "who" }, p.role || "model"), textBlock(p.text, "text"));
       case "tool_call": return box("tool-call", el("span", { class: "who" }, `tool call · ${p.tool}`), p.id ? el("span", { class: "muted" }, ` ${p.id}`) : null, textBlock(p.input, "code"));
       case "tool_result": return box(`tool-result ${p.ok === false ? "failed" : ""}`, el("span", { class: "who" }, p.ok === false ? "tool result · failed" : "tool result"), p.id ? el("span", { class: "muted" }, ` ${p.id}`) : null, textBlock(p.output, "code"));
-      case "usage": return box("small", `usage (as the CLI reports it${p.scope ? ", " + p.scope : ""}): ${p.input_tokens ?? "—"} in, ${p.output_tokens ?? "—"} out, ${p.cached_tokens ?? 0} cached` + (p.cost_usd ? `, $${show(p.cost_usd, "usd")}` : ""));
+      case "usage": return box("small", `usage (as the CLI reports it${p.scope ? ", " + p.scope : ""}): ${p.input_tokens ?? "—"} in, ${p.output_tokens ?? "—"} out, ${p.cached_tokens ?? 0} cached` + (p.cost_usd ? `, $${formatted(p.cost_usd, "usd")}` : ""));
       case "session": return box("small", `session started: model ${p.model || "—"}`);
       case "result": return box("small", `the CLI's verdict: ${p.ok ? "ok" : "not ok"}${p.turns ? `, ${p.turns} turns` : ""}`, p.text ? textBlock(p.text, "text") : null);
       case "error": return box("failed", el("span", { class: "who" }, "error"), textBlock(p.message, "text"));
@@ -362,17 +362,17 @@ function entryView(e) {
   if (e.kind === "driver_usage") {
     return box("driver", el("span", { class: "who" }, "driver call"),
       ` ${p.model || ""}${p.requested_model && p.requested_model !== p.model ? ` (asked ${p.requested_model})` : ""} · ${p.input_tokens ?? 0} in / ${p.output_tokens ?? 0} out` +
-      `${p.cached_tokens ? ` / ${p.cached_tokens} cached` : ""} tokens · $${show(p.cost_usd || 0, "usd")}` +
-      `${p.latency_s !== undefined ? ` · ${show(p.latency_s, "seconds")} s` : ""}${p.status && p.status !== 200 ? ` · status ${p.status}` : ""}${p.estimated ? " · estimated" : ""}`,
+      `${p.cached_tokens ? ` / ${p.cached_tokens} cached` : ""} tokens · $${formatted(p.cost_usd || 0, "usd")}` +
+      `${p.latency_s !== undefined ? ` · ${formatted(p.latency_s, "seconds")} s` : ""}${p.status && p.status !== 200 ? ` · status ${p.status}` : ""}${p.estimated ? " · estimated" : ""}`,
       p.error ? el("div", { class: "error" }, String(p.error)) : null);
   }
   if (e.kind === "submission") {
     return box("submission", el("span", { class: "who" }, `submission #${p.submission_id}`),
-      ` score ${show(p.score, "score")}${p.improvement !== null && p.improvement !== undefined ? ` (${show(p.improvement, "gain")})` : ""} `,
+      ` score ${formatted(p.score, "score")}${p.improvement !== null && p.improvement !== undefined ? ` (${formatted(p.improvement, "gain")})` : ""} `,
       (p.flags || []).map((f) => el("span", { class: "flag" }, f)), p.error ? el("div", { class: "error" }, String(p.error)) : null);
   }
   if (e.kind === "outcome") return box("status", el("span", { class: "who" }, "outcome"), ` ${p.status}${p.limit_hit ? ", limit " + p.limit_hit : ""}${p.error ? ": " + p.error : ""}`);
-  if (e.kind === "reprompt") return box("status", el("span", { class: "who" }, "re-prompted"), ` ${show(p.time_left_s, "duration")} left`);
+  if (e.kind === "reprompt") return box("status", el("span", { class: "who" }, "re-prompted"), ` ${formatted(p.time_left_s, "duration")} left`);
   return box("status", el("span", { class: "who" }, e.kind), ` ${p.status || JSON.stringify(p)}`);
 }
 
@@ -382,7 +382,7 @@ function makeTranscript(data) {
   const hidden = new Set();
   let current = -1;
   const pager = el("select", { "aria-label": "transcript page", onchange: (e) => show(parseInt(e.target.value, 10)) },
-    pages.map((p, i) => el("option", { value: i }, `page ${i + 1} of ${pages.length}: t=${show(p.t0, "duration")}–${show(p.t1, "duration")}`)));
+    pages.map((p, i) => el("option", { value: i }, `page ${i + 1} of ${pages.length}: t=${formatted(p.t0, "duration")}–${formatted(p.t1, "duration")}`)));
   const prev = el("button", { onclick: () => show(current - 1) }, "◀ earlier");
   const next = el("button", { onclick: () => show(current + 1) }, "later ▶");
   controls.append(prev, pager, next, ...Object.entries(KIND_FILTERS).map(([k, label]) => el("label", {},
