@@ -1,4 +1,4 @@
-"""The sweep report's report.md: its tables and sections, rendered from what report.compute_tables returns."""
+"""The sweep report's report.md: its tables and sections, rendered from the sweep model's (sweep_model.py)."""
 from __future__ import annotations
 
 from pathlib import Path
