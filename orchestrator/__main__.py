@@ -53,9 +53,9 @@ def sweep_main(cfg: DictConfig) -> None:
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def report_main(cfg: DictConfig) -> None:
     from contracts.specs import to_plain
-    from orchestrator.analysis.report import build_report
     from orchestrator.analysis.run_summary import summarizer_from_config
     from orchestrator.callbacks import wandb_mode
+    from orchestrator.report_command import write_report
 
     filters = {k: v for k, v in (to_plain(cfg.filter) or {}).items() if v is not None}
     wandb_cfg = None
@@ -63,7 +63,7 @@ def report_main(cfg: DictConfig) -> None:
         wandb_cfg = {"project": cfg.logger.project, "entity": cfg.logger.get("entity"),
                      "mode": wandb_mode(cfg.logger.mode)}
     try:
-        path = build_report(cfg.output_dir, filters=filters, wandb_cfg=wandb_cfg,
+        path = write_report(cfg.output_dir, filters=filters, wandb_cfg=wandb_cfg,
                             summarizer=summarizer_from_config(cfg.analysis, cfg.driver_proxy),
                             auditor=summarizer_from_config(cfg.analysis, cfg.driver_proxy, "audit"))
     except (ConfigError, FileNotFoundError) as e:

@@ -15,7 +15,7 @@ from contracts.records import append_jsonl
 from contracts.specs import AgentSpec, Budget, CellSpec, ConfigError, DriverSpec
 from contracts.task_spec import TaskSpec
 from orchestrator.analysis import stats
-from orchestrator.analysis.markdown import MISSING
+from orchestrator.analysis.formats import MISSING
 from orchestrator.analysis.report import build_report
 from orchestrator.ledger import Ledger
 from orchestrator.summary import print_summary

@@ -54,3 +54,16 @@ def test_the_check_sees_imports_inside_functions():
 def test_every_package_has_a_layer():
     packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "benchmarks"}
     assert packages == set(ALLOWED)
+
+
+def test_the_analysis_never_imports_the_viewer():
+    """Inside orchestrator, the viewer renders the analysis' sweep model: it may import the analysis, never the
+    reverse (the `report` command calls both from above them: orchestrator/report_command.py)."""
+    found = []
+    for path in sorted((ROOT / "orchestrator" / "analysis").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.relative_to(ROOT)} imports {n}" for n in names
+                      if n.startswith(("orchestrator.viewer", "orchestrator.report_command"))]
+    assert found == []

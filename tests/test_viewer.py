@@ -19,11 +19,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from contracts.records import write_json_durably
-from orchestrator.analysis.report import build_report
+from orchestrator.analysis import formats, tables
+from orchestrator.report_command import write_report
 from orchestrator.ledger import Ledger
+from orchestrator.viewer import data as viewer_data
 from orchestrator.viewer.masking import MASK, Masker
 from orchestrator.viewer.static import write_site
 from tests.conftest import ROOT
@@ -125,7 +128,7 @@ def run_sweep_for_viewer(cache_dir, grading_port, tmp_path_factory, agents: str,
     finally:
         fake.stop()
         runner.close()
-    build_report(out, n_boot=200)
+    write_report(out, n_boot=200)
     return out
 
 
@@ -179,6 +182,52 @@ def test_static_pages_show_the_sweep_its_cells_and_groups(real_sweep, browser):
     group = Visit(browser, (site / "group-arithmetic__copy_base__none__free.html").as_uri())
     assert group.page.locator("#seeds tbody tr").count() == 1 and outcome in group.text("#seeds")
     group.close()
+
+
+def page_data(page: Path) -> dict:
+    """The JSON a page carries for its script (#page-data)."""
+    text = re.search(r'<script type="application/json" id="page-data">(.*?)</script>', page.read_text(), re.S).group(1)
+    return json.loads(text)
+
+
+def test_the_report_and_the_viewer_show_one_models_numbers(real_sweep):
+    """`report` builds one model of the sweep and renders it twice: the numbers of its exports and report.md are the
+    ones its static pages show, formatted by the one formatter set, and `view` (which builds the model again from the
+    ledger, without the traces) shows the same."""
+    out, _ = real_sweep
+    report_dir = out / "report"
+    cells = pd.read_parquet(report_dir / "cells.parquet")
+    improvement = pd.read_parquet(report_dir / "improvement.parquet")
+    page = page_data(report_dir / "viewer" / "index.html")
+    assert [c["key"] for c in page["columns"]] == [c.key for c in formats.CELL_TABLE]
+
+    shown = {c["cell_id"]: c for c in page["cells"]}
+    assert sorted(shown) == sorted(cells["cell_id"]) and len(cells) == 2
+    for row in tables.plain_frame(cells).to_dict("records"):
+        cell = shown[row["cell_id"]]
+        elapsed = json.loads((out / "cells" / row["cell_id"] / "report.json").read_text())["elapsed_s"]
+        for column in formats.CELL_TABLE:
+            if column.key == "flags":
+                continue
+            value = elapsed if column.key == "elapsed_s" else row[column.key]  # elapsed: the run report's
+            assert cell[column.key] == value, column.key
+            assert cell["shown"][column.key] == formats.show(value, column.format), column.key
+    assert any(c["improvement"] is not None for c in page["cells"])  # numbers, not only dashes, were compared
+
+    exclude = improvement[improvement["infra_errors"] == "exclude"].reset_index(drop=True)
+    plotted = page["tables"]["improvement"]
+    assert plotted["columns"] == list(improvement.columns)
+    assert plotted["rows"] == tables.plain(improvement.to_numpy().tolist())
+    table = page["shown_tables"]["improvement"]
+    assert len(table["rows"]) == len(exclude) > 0
+    markdown = (report_dir / "report.md").read_text()
+    for r, text in zip(exclude.to_dict("records"), table["rows"]):
+        assert text[table["columns"].index("mean")] == formats.table_value(r["mean"])
+        assert formats.fmt(r["mean"], signed=True) in markdown
+
+    live = viewer_data.build_sweep(out, n_boot=200)  # what `view` shows, from the ledger
+    for key in ("cells", "columns", "progress", "tables", "shown_tables", "bands", "cell_curves"):
+        assert json.loads(json.dumps(live[key])) == page[key], key
 
 
 @pytest.mark.slow  # about 3 minutes: the demo's sft trains; the default run covers the pages with copy_base's cell

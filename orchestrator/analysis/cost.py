@@ -21,7 +21,7 @@ from contracts.records import read_jsonl
 JUDGE_CALLS = "judge_calls.jsonl"  # evaluators.service.JUDGE_CALLS (the orchestrator does not import the grader)
 TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_tokens")
 # a cell's cost columns (cells.parquet, the Cells table) and the per-group means over runs
-CELL_COLUMNS = ["driver_calls", "driver_input_tokens", "driver_output_tokens", "driver_tokens", "driver_cost_usd",
+COST_COLUMNS = ["driver_calls", "driver_input_tokens", "driver_output_tokens", "driver_tokens", "driver_cost_usd",
                 "driver_estimated_calls", "judge_calls", "judge_cost_usd", "gpu_hours", "cost_usd"]
 GROUP_COLUMNS = ["cost_runs", "driver_tokens_mean", "driver_cost_usd_mean", "judge_cost_usd_mean", "gpu_hours_mean",
                  "cost_usd_mean", "cost_usd_total", "gpu_hours_total", "usd_per_point", "gpu_hours_per_point"]
@@ -56,7 +56,7 @@ def cell_cost(attempt_dir: Path | None, driver_lines: Iterable[dict], gpus: floa
 
 
 def with_costs(output_dir: Path, cells: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
-    """The cells frame (tables.cells_frame) with each cell's cost columns (CELL_COLUMNS); cells not started cost 0."""
+    """The cells frame (tables.cells_frame) with each cell's cost columns (COST_COLUMNS); cells not started cost 0."""
     use = events[(events["kind"] == "driver_usage") & events["final_attempt"]] if len(events) else events
     lines: dict[str, list[dict]] = {}
     for cell_id, payload in zip(use["cell_id"], use["payload"]) if len(use) else ():
@@ -67,8 +67,8 @@ def with_costs(output_dir: Path, cells: pd.DataFrame, events: pd.DataFrame) -> p
         elapsed = (c.ended_at - c.started_at) if c.ended_at == c.ended_at and c.started_at == c.started_at else 0.0
         attempt_dir = output_dir / "cells" / c.cell_id / f"attempt-{attempts}" if attempts else None
         rows.append(cell_cost(attempt_dir, lines.get(c.cell_id, []), c.budget_gpus, elapsed))
-    costs = pd.DataFrame(rows, columns=CELL_COLUMNS, index=cells.index)
-    return pd.concat([cells.drop(columns=[c for c in CELL_COLUMNS if c in cells]), costs], axis=1)
+    costs = pd.DataFrame(rows, columns=COST_COLUMNS, index=cells.index)
+    return pd.concat([cells.drop(columns=[c for c in COST_COLUMNS if c in cells]), costs], axis=1)
 
 
 def group_costs(runs: pd.DataFrame, by: list[str], value: str = "value") -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""The sweep report's report.md: its tables and sections, rendered from what report.compute_tables returns."""
+"""The sweep report's report.md: its tables and sections, rendered from the sweep model's (sweep_model.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +6,8 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.analysis import audit, run_report, run_summary, tables
-from orchestrator.analysis.markdown import MISSING, fmt, md_table
+from orchestrator.analysis.formats import MISSING, fmt
+from orchestrator.analysis.markdown import md_table
 
 GROUP = tables.GROUP
 # the columns of the summaries table (report._summaries_table makes it; an empty one when none was asked)
@@ -121,7 +122,7 @@ def _with_and_without(cells: pd.DataFrame, flagged: pd.Series) -> list[str]:
 
 
 def _usd(value) -> str:
-    return MISSING if value is None or pd.isna(value) else f"${value:.4f}"
+    return MISSING if value is None or pd.isna(value) else "$" + fmt(float(value), 4)
 
 
 def _cost_section(improvement: pd.DataFrame) -> list[str]:

@@ -14,7 +14,8 @@ from contracts.screening import FLAGS as SCREEN_FLAGS
 from contracts.screening import describe as describe_screen
 from orchestrator.analysis import tables
 from orchestrator.analysis.cost import cell_cost, metered_totals
-from orchestrator.analysis.markdown import fmt, md_table
+from orchestrator.analysis.formats import fmt
+from orchestrator.analysis.markdown import md_table
 
 # Below this an improvement is float noise, not progress.
 EPS = 1e-12
@@ -380,15 +381,22 @@ def write_cell_reports(output_dir: str | Path, cell_ids: list[str] | None = None
         cells = cells[cells["cell_id"].isin(cell_ids)]
     else:
         cells = cells[cells["status"] != "pending"]
-    by_cell = {c: [] for c in cells["cell_id"]}
-    for e in events.itertuples(index=False):
-        if e.cell_id in by_cell:
-            by_cell[e.cell_id].append({"attempt": e.attempt, "t": e.t, "kind": e.kind,
-                                       "payload": json.loads(e.payload)})
-    return {row["cell_id"]: write_cell_report(output_dir, _plain(row), by_cell[row["cell_id"]])
+    by_cell = tables.events_by_cell(events)
+    return {row["cell_id"]: write_cell_report(output_dir, tables.plain(row), by_cell.get(row["cell_id"], []))
             for row in cells.to_dict("records")}
 
 
-def _plain(row: dict) -> dict:
-    """NaN from pandas back to None, as the ledger row has it."""
-    return {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+def current_report(output_dir: str | Path, row: dict, events: list[dict]) -> dict:
+    """A cell's run report as it stands, without writing anything: the one written when it ended (report.json) when
+    it is not older than the cell's end, else computed now from its records (a running cell). row: the cell's
+    ledger row (plain); events: its event_records (those of the agents' traces may be left out: no report reads
+    them)."""
+    cell_dir = Path(output_dir) / "cells" / row["cell_id"]
+    written = cell_dir / "report.json"
+    if row["status"] in tables.FINISHED_STATUSES and written.exists() and row.get("ended_at") \
+            and written.stat().st_mtime >= row["ended_at"]:
+        try:
+            return json.loads(written.read_text())
+        except ValueError:
+            pass  # a report being rewritten: compute it
+    return cell_report(row, events, cell_dir)

@@ -13,6 +13,7 @@ Conventions every analysis shares (said once here, repeated in the report):
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from pathlib import Path
 
@@ -33,9 +34,10 @@ INFRA_POLICIES = ("failure", "exclude")
 # the results without such cells beside the results with them.
 DOUBTFUL_FLAGS = ("known_checkpoint", "retention_drop", "null_model", "judge_injection")
 
-CELL_COLUMNS = ["cell_id", "sweep", "agent", "driver", "task", "seed", "status", "attempts", "baseline_score",
-                "best_score", "improvement", "n_submissions", "limit_hit", "started_at", "ended_at", "error", "spec",
-                "final_score", "final_baseline_score", "final_improvement", "contaminated"]
+# the ledger's cell columns the cells frame keeps (what a page or table shows of them: formats.CELL_TABLE)
+LEDGER_COLUMNS = ["cell_id", "sweep", "agent", "driver", "task", "seed", "status", "attempts", "baseline_score",
+                  "best_score", "improvement", "n_submissions", "limit_hit", "started_at", "ended_at", "error", "spec",
+                  "final_score", "final_baseline_score", "final_improvement", "contaminated"]
 BUDGET_KEYS = ("wall_time_s", "max_submissions", "max_tokens", "max_cost_usd", "cpus", "gpus", "max_reprompts")
 SUBMISSION_KEYS = ("submission_id", "score", "baseline_score", "improvement", "best", "error", "elapsed_s",
                    "code_commit")
@@ -50,25 +52,66 @@ def ledger_path(output_dir: str | Path) -> Path:
     return path
 
 
-def read_ledger(output_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(cells, events) with the raw columns of the ledger's tables; payload and spec stay JSON strings."""
+def read_ledger(output_dir: str | Path, traces: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cells, events) with the raw columns of the ledger's tables; payload and spec stay JSON strings.
+    traces=False leaves out the agents' trace events: most of a paper sweep's ledger (50,000 events a cell), which
+    no table and no page of the whole sweep reads."""
     db = sqlite3.connect(ledger_path(output_dir), timeout=30)
     try:
         cells = pd.read_sql_query("SELECT * FROM cells ORDER BY task, agent, driver, seed, cell_id", db)
         events = pd.read_sql_query("SELECT cell_id, attempt, t, kind, payload FROM events "
-                                   "ORDER BY cell_id, attempt, t, id", db)
+                                   + ("" if traces else "WHERE kind != 'agent_trace' ")
+                                   + "ORDER BY cell_id, attempt, t, id", db)
     finally:
         db.close()
     return cells, events
 
 
-def load(output_dir: str | Path, filters: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The export-ready frames: cells (with budget columns) and events (flattened, with cell labels)."""
-    cells, events = read_ledger(output_dir)
+def load(output_dir: str | Path, filters: dict | None = None,
+         traces: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The export-ready frames: cells (with budget and cost columns, doubts, re-prompts) and events (flattened,
+    with cell labels; traces: as read_ledger)."""
+    cells, events = read_ledger(output_dir, traces)
     cells = filter_cells(cells, filters)
     events = events_frame(cells, events[events["cell_id"].isin(cells["cell_id"])])
     return with_doubts(cost.with_costs(Path(output_dir), with_reprompts(cells_frame(cells), events), events),
                        events), events
+
+
+def event_records(rows) -> list[dict]:
+    """Events as the run reports and the LLM analyses take them: {attempt, t, kind, payload (parsed)}, from
+    (attempt, t, kind, payload) rows."""
+    return [{"attempt": int(a), "t": float(t), "kind": k, "payload": json.loads(p) if isinstance(p, str) else p}
+            for a, t, k, p in rows]
+
+
+def events_by_cell(events: pd.DataFrame) -> dict[str, list[dict]]:
+    """The events frame (events_frame's or read_ledger's) as event_records by cell id, in the frame's order."""
+    rows: dict[str, list[tuple]] = {}
+    for e in events[["cell_id", "attempt", "t", "kind", "payload"]].itertuples(index=False):
+        rows.setdefault(e.cell_id, []).append((e.attempt, e.t, e.kind, e.payload))
+    return {cell_id: event_records(r) for cell_id, r in rows.items()}
+
+
+def plain(value):
+    """NaN, pandas' missing values and numpy scalars to what JSON and the ledger's rows hold (None, int, float),
+    recursively: a frame's row as a run report or a page takes it."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+def plain_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with plain's values (object columns: a float column's NaN cannot be None otherwise)."""
+    return frame.astype(object).map(plain) if len(frame.columns) else frame
 
 
 def filter_cells(cells: pd.DataFrame, filters: dict | None) -> pd.DataFrame:
@@ -97,7 +140,7 @@ def mode_of(spec: str | dict) -> str:
 
 
 def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
-    out = cells[[c for c in CELL_COLUMNS if c in cells.columns]].copy()
+    out = cells[[c for c in LEDGER_COLUMNS if c in cells.columns]].copy()
     specs = [json.loads(s) if isinstance(s, str) else {} for s in out["spec"]]
     budgets = [spec.get("budget", {}) for spec in specs]
     out["mode"] = [mode_of(spec) for spec in specs]

@@ -1,33 +1,39 @@
-"""What the viewer's pages show, read from a sweep's records with the analysis code's own loaders.
+"""What the viewer's pages show: the sweep's model (analysis.sweep_model), shaped for a page, and a cell's records.
 
-The sweep page: the cells (tables.cells_frame and its columns: costs, doubts, modes), each cell's outcome class (its
-run report), the report's tables and curves (report.compute_tables, curves.best_so_far). A cell page: its run report
-(run_report.cell_report, or the report.json written when it ended), its events from the ledger, its summary and
-audit (run_summary.read_summary, audit.read_audit), its logs and its code snapshots (viewer.code). Nothing here is
-parsed a second way: the viewer shapes for a page what those modules already read.
+The sweep page: the model's cells in the columns formats.CELL_TABLE names (values as they sort, and as formats shows
+them), their flags, the model's tables (their views formatted here) and curves. A group page: its cells from the
+sweep page's data. A cell page: its run report (run_report.current_report), its events from the ledger, its summary
+and audit (run_summary.read_summary, audit.read_audit), its logs and its code snapshots (viewer.code). The viewer
+computes nothing of its own: a number on a page is the model's, formatted by analysis.formats.
 
-The agents' traces are most of a paper sweep's ledger (50,000 events a cell), so the sweep page reads the ledger
-without them and a cell page reads only its own cell's events.
+The agents' traces are most of a paper sweep's ledger (50,000 events a cell), so the sweep's model is built without
+them and a cell page reads only its own cell's events.
 """
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from contracts.records import read_jsonl
-from orchestrator.analysis import audit, cost, curves, run_report, run_summary, tables
-from orchestrator.analysis.report import compute_tables, events_by_cell
+from orchestrator.analysis import audit, cost, curves, formats, run_report, run_summary, sweep_model, tables
+from orchestrator.analysis.sweep_model import SweepModel
 
 TRACE_PAGE = 500          # transcript entries per page: a page renders at once, the next is loaded when asked for
 LOG_TAIL_BYTES = 256_000  # the end of an agent's stdout/stderr says why it ended; the whole file stays on disk
-CELL_COLUMNS = ["cell_id", "sweep", "task", "agent", "driver", "mode", "seed", "status", "attempts", "baseline_score",
-                "best_score", "improvement", "final_score", "final_improvement", "n_submissions", "limit_hit",
-                "driver_tokens", "cost_usd", "elapsed_s", "doubts", "reprompts"]
+GROUP_LABELS = ("task", "agent", "driver", "mode")  # a group page shows them once, above its cells
+# The report's tables a sweep page shows, and their columns (None: all); infra errors excluded where both policies are
+# given, as report.md's headline tables do
+TABLE_VIEWS = {
+    "improvement": ["task", "agent", "driver", "mode", "n", "mean", "se", "ci_lo", "ci_hi", "driver_tokens", "cost_usd",
+                    "note"],
+    "held_out": ["task", "agent", "driver", "mode", "n", "mean", "se", "mean_gap", "feedback_mean"],
+    "pooled": ["agent", "driver", "n", "n_clusters", "mean", "clustered_se", "anchored_mean", "anchored_clustered_se"],
+    "pass_at_k": None, "best_of_k": None, "failure_classes": None, "references": None,
+}
+PLOTTED_TABLES = ("improvement", "best_of_k")  # the heatmap's and the best-of-k plot's numbers
 
 
 def ledger_version(output_dir: Path) -> str:
@@ -61,16 +67,6 @@ def query(output_dir: Path, sql: str, args: tuple = ()) -> pd.DataFrame:
         db.close()
 
 
-def load_sweep(output_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """tables.load's frames, without the agents' trace events (the sweep page needs none of them)."""
-    cells = query(output_dir, "SELECT * FROM cells ORDER BY task, agent, driver, seed, cell_id")
-    events = query(output_dir, "SELECT cell_id, attempt, t, kind, payload FROM events WHERE kind != 'agent_trace' "
-                                "ORDER BY cell_id, attempt, t, id")
-    events = tables.events_frame(cells, events)
-    cells = tables.with_reprompts(tables.cells_frame(cells), events)
-    return tables.with_doubts(cost.with_costs(output_dir, cells, events), events), events
-
-
 def cell_events(output_dir: Path, cell_id: str) -> list[tuple[int, float, str, str]]:
     """One cell's ledger events (every attempt) as (attempt, t, kind, payload JSON text), in the ledger's order."""
     db = sqlite3.connect(tables.ledger_path(output_dir), timeout=30)
@@ -81,47 +77,9 @@ def cell_events(output_dir: Path, cell_id: str) -> list[tuple[int, float, str, s
         db.close()
 
 
-def parsed(rows: list[tuple[int, float, str, str]], skip: tuple[str, ...] = ("agent_trace",)) -> list[dict]:
-    """Events as the analyses take them (payloads parsed), without the kinds in skip: the run report reads no trace
-    line, and parsing 50,000 of them is most of a big cell's page."""
-    return [{"attempt": int(a), "t": float(t), "kind": k, "payload": json.loads(p)} for a, t, k, p in rows
-            if k not in skip]
-
-
 def cell_row(output_dir: Path, cell_id: str) -> dict | None:
     rows = query(output_dir, "SELECT * FROM cells WHERE cell_id=?", (cell_id,)).to_dict("records")
-    return plain(rows[0]) if rows else None
-
-
-def plain(value):
-    """NaN and numpy scalars to what JSON holds (None, int, float), recursively."""
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    if value is pd.NA or value is pd.NaT:
-        return None
-    return value
-
-
-def report_of(output_dir: Path, row: dict, events: list[dict] | None = None) -> dict:
-    """A cell's run report: the one written when it ended (report.json) when it is not older than the cell's end,
-    else computed now from its records (a running cell), without writing anything."""
-    cell_dir = output_dir / "cells" / row["cell_id"]
-    written = cell_dir / "report.json"
-    if row["status"] in tables.FINISHED_STATUSES and written.exists() and row.get("ended_at") \
-            and written.stat().st_mtime >= row["ended_at"]:
-        try:
-            return json.loads(written.read_text())
-        except ValueError:
-            pass  # a report being rewritten: compute it
-    if events is None:
-        events = parsed(cell_events(output_dir, row["cell_id"]))
-    return run_report.cell_report(plain(row), events, cell_dir)
+    return tables.plain(rows[0]) if rows else None
 
 
 def group_slug(task: str, agent: str, driver: str, mode: str) -> str:
@@ -132,10 +90,16 @@ def group_slug(task: str, agent: str, driver: str, mode: str) -> str:
 
 # -- the sweep ---------------------------------------------------------------------------------------------------
 
-def sweep_data(output_dir: Path, cells: pd.DataFrame, events: pd.DataFrame, reports: dict[str, dict],
-               out: dict) -> dict:
+def build_sweep(output_dir: Path, n_boot: int = 10_000) -> dict:
+    """The sweep page's data from the ledger: its model built as `report` builds it (the same tables, the same
+    bootstrap), without the agents' traces and without writing a run report."""
+    return sweep_data(sweep_model.build(output_dir, traces=False, n_boot=n_boot))
+
+
+def sweep_data(model: SweepModel) -> dict:
     """The sweep page: its cells with outcome and flags, the report's tables, and the curves' data (averaged bands
     per group, and each cell's own best-so-far steps, so hovering a curve names the cell)."""
+    cells, events, analyses = model.cells, model.events, model.analyses
     subs = tables.submissions(events) if len(events) else None
     flags_of: dict[str, set[str]] = {}
     if subs is not None:
@@ -144,7 +108,7 @@ def sweep_data(output_dir: Path, cells: pd.DataFrame, events: pd.DataFrame, repo
     rows = []
     for row in cells.to_dict("records"):
         cid = row["cell_id"]
-        report = reports.get(cid) or {}
+        report = model.reports.get(cid) or {}
         flags = set(flags_of.get(cid, set())) | {f for f in (row.get("doubts") or "").split(",") if f}
         if row.get("contaminated") == 1:
             flags.add("contaminated")
@@ -152,55 +116,41 @@ def sweep_data(output_dir: Path, cells: pd.DataFrame, events: pd.DataFrame, repo
             flags.add("mode_violation")
         if row.get("reprompts"):
             flags.add("reprompted")
-        elapsed = report.get("elapsed_s")
-        rows.append(plain({**{k: row.get(k) for k in CELL_COLUMNS}, "elapsed_s": elapsed,
-                           "outcome_class": row.get("outcome_class"), "flags": sorted(flags),
-                           "group": group_slug(row["task"], row["agent"], row["driver"], row["mode"])}))
+        values = tables.plain({**row, "elapsed_s": report.get("elapsed_s"), "flags": sorted(flags)})
+        rows.append({**{c.key: values.get(c.key) for c in formats.CELL_TABLE}, "sweep": values["sweep"],
+                     "group": group_slug(*(row[k] for k in GROUP_LABELS)),
+                     "shown": {c.key: formats.show(values.get(c.key), c.format) for c in formats.CELL_TABLE
+                               if c.key != "flags"}})
     finished = tables.results(cells, infra_errors="exclude")
     cell_curves = {}
     for axis in curves.AXES:
         points = curves.best_so_far(events, axis, finished["cell_id"]) if len(events) else None
         cell_curves[axis] = {} if points is None else {
             cid: [p["x"].tolist(), p["value"].tolist()] for cid, p in points.groupby("cell_id")}
-    bands = {axis: frame_records(band) for axis, band in out["curves"].items()}
-    shown = {name: frame_records(out["tables"][name]) for name in
-             ("improvement", "held_out", "pooled", "best_of_k", "pass_at_k", "failure_classes", "references")
-             if name in out["tables"]}
-    return {"cells": rows, "progress": plain(out["progress"]), "bands": bands, "cell_curves": cell_curves,
-            "axis_labels": curves.AXIS_LABELS, "tables": shown, "manifest": plain(out.get("manifest")),
-            "failure_classes": run_report.FAILURE_CLASSES}
+    bands = {axis: frame_records(band) for axis, band in analyses["curves"].items()}
+    made = analyses["tables"]
+    return {"cells": rows, "columns": formats.columns_data(), "formats": formats.FORMATS,
+            "progress": tables.plain(analyses["progress"]), "bands": bands, "cell_curves": cell_curves,
+            "axis_labels": curves.AXIS_LABELS,
+            "tables": {name: frame_records(made[name]) for name in PLOTTED_TABLES if name in made},
+            "shown_tables": {name: shown_table(made[name], columns) for name, columns in TABLE_VIEWS.items()
+                             if name in made and len(made[name])},
+            "manifest": tables.plain(analyses.get("manifest")), "failure_classes": run_report.FAILURE_CLASSES}
 
 
 def frame_records(frame: pd.DataFrame) -> dict:
     """A frame as {columns, rows} (rows as lists: a third of the size of records at 270 cells)."""
-    frame = frame.astype(object).where(frame.notna(), None)
-    return {"columns": [str(c) for c in frame.columns], "rows": plain(frame.to_numpy().tolist())}
+    return {"columns": [str(c) for c in frame.columns], "rows": tables.plain(frame.to_numpy().tolist())}
 
 
-def sweep_reports(output_dir: Path, cells: pd.DataFrame, events: pd.DataFrame) -> dict[str, dict]:
-    """Every started cell's run report (written ones read back; running ones computed from the events at hand)."""
-    by_cell = events_by_cell(events)
-    return {row["cell_id"]: report_of(output_dir, plain(row), by_cell.get(row["cell_id"], []))
-            for row in cells.to_dict("records") if row["status"] != "pending"}
-
-
-def with_outcomes(cells: pd.DataFrame, reports: dict[str, dict]) -> pd.DataFrame:
-    """The cells table with the outcome class of each cell's run report (pending: not started)."""
-    cells = cells.copy()
-    cells["outcome_class"] = [(reports.get(c) or {}).get("outcome_class", "pending") for c in cells["cell_id"]]
-    return cells
-
-
-def build_sweep(output_dir: Path, n_boot: int = 10_000) -> dict:
-    """The sweep page's data from the ledger, as `report` computes it (its tables with the same bootstrap)."""
-    cells, events = load_sweep(output_dir)
-    reports = sweep_reports(output_dir, cells, events)
-    cells = with_outcomes(cells, reports)
-    out = compute_tables(cells, events, n_boot=n_boot)
-    from orchestrator import manifest
-
-    out["manifest"] = manifest.summary(output_dir)
-    return sweep_data(output_dir, cells, events, reports, out)
+def shown_table(frame: pd.DataFrame, columns: list[str] | None) -> dict:
+    """A table as a page shows it: its view's columns, the infra-errors-excluded rows where both are given, each
+    value formatted (formats.table_value)."""
+    if "infra_errors" in frame:
+        frame = frame[frame["infra_errors"] == "exclude"]
+    columns = [c for c in (columns or frame.columns) if c in frame.columns and c != "infra_errors"]
+    rows = [[formats.table_value(v) for v in row] for row in tables.plain(frame[columns].to_numpy().tolist())]
+    return {"columns": columns, "rows": rows}
 
 
 # -- a cell ------------------------------------------------------------------------------------------------------
@@ -240,8 +190,9 @@ def cell_data(output_dir: Path, cell_id: str) -> tuple[dict, list[str]] | None:
     if row is None:
         return None
     rows = cell_events(output_dir, cell_id)
-    events = parsed(rows)
-    report = report_of(output_dir, row, events) if row["status"] != "pending" else None
+    # the run report reads no trace line, and parsing 50,000 of them is most of a big cell's page
+    events = tables.event_records(r for r in rows if r[2] != "agent_trace")
+    report = run_report.current_report(output_dir, row, events) if row["status"] != "pending" else None
     cell_dir = output_dir / "cells" / cell_id
     attempt = (report or {}).get("attempt")
     entries = transcript(rows, attempt)
@@ -269,7 +220,7 @@ def cell_data(output_dir: Path, cell_id: str) -> tuple[dict, list[str]] | None:
         "group": group_slug(row["task"], row["agent"], row["driver"], tables.mode_of(spec)),
         "has_code": (cell_dir / "code.git").exists(),
     }
-    return plain(data), entries
+    return tables.plain(data), entries
 
 
 def markdown_html(text: str) -> str:
@@ -299,7 +250,8 @@ def group_data(sweep: dict, slug: str) -> dict | None:
         return None
     ids = {c["cell_id"] for c in cells}
     first = cells[0]
-    return {"labels": {k: first[k] for k in ("task", "agent", "driver", "mode")}, "cells": cells,
+    return {"labels": {k: first[k] for k in GROUP_LABELS}, "cells": cells,
+            "columns": [c for c in sweep["columns"] if c["key"] not in GROUP_LABELS], "formats": sweep["formats"],
             "cell_curves": {axis: {cid: pts for cid, pts in by.items() if cid in ids}
                             for axis, by in sweep["cell_curves"].items()},
             "axis_labels": sweep["axis_labels"], "failure_classes": sweep["failure_classes"]}

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from orchestrator.analysis import formats
 from orchestrator.viewer import code, data
 from orchestrator.viewer.masking import Masker, known_secrets
 
@@ -55,8 +56,8 @@ class Site:
         self.live, self.n_boot = live, n_boot
         self.env = Environment(loader=PackageLoader("orchestrator.viewer", "templates"),
                                autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
-        self.env.filters["num"] = fmt_number
-        self.env.filters["duration"] = fmt_duration
+        self.env.filters["num"] = formats.fmt
+        self.env.filters["duration"] = formats.duration
         self.env.filters["tojson_script"] = json_for_script
         self._lock = threading.Lock()            # the caches below
         self._computing = threading.Lock()       # one computation of the sweep's data at a time
@@ -157,6 +158,7 @@ class Site:
             # what the page's script needs (the logs and the summary are in the HTML already)
             script = {k: shown[k] for k in ("cell", "report", "final", "trace_pages", "trace_total", "page_size",
                                             "has_code", "group", "failure_classes")}
+            script["formats"] = formats.FORMATS  # how its script shows the numbers it reads from the records
             text = self._render("cell.html", title=f"cell {path[5:-5]}", data=shown, script=script,
                                 version=data.cell_version(self.output_dir, path[5:-5]))
         elif path.startswith("group-") and path.endswith(".html"):
@@ -221,19 +223,3 @@ class Site:
             yield from (f"data/cell-{cid}-trace-{n}.js" for n in range(len(found[0]["trace_pages"])))
             if found[0]["has_code"]:
                 yield f"data/cell-{cid}-code.js"
-
-
-def fmt_duration(seconds) -> str:
-    """12h03m, 4m05s, 7s (a 12-hour cell in seconds is hard to read)."""
-    if not isinstance(seconds, (int, float)) or seconds != seconds:  # None, NaN, or not in the report (Undefined)
-        return "—"
-    s = round(float(seconds))
-    h, m = divmod(s, 3600)
-    m, sec = divmod(m, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s" if m else f"{sec}s"
-
-
-def fmt_number(value, digits: int = 3, signed: bool = False) -> str:
-    from orchestrator.analysis.markdown import fmt
-
-    return fmt(value, digits, signed)

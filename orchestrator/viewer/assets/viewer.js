@@ -41,16 +41,21 @@ function el(tag, attrs, ...children) {
   }
   return node;
 }
-function fmt(v, digits = 3, signed = false) {
+// Numbers are shown by the named formats the page's data brings (analysis/formats.py: FORMATS); tables come with
+// their values already formatted, so only what the script reads from the records unparsed (a transcript's payloads,
+// a plot's hover) is formatted here, by the same names.
+let FORMATS = {};
+function formatted(v, name) {
+  const spec = FORMATS[name] || {};
   if (v === null || v === undefined || (typeof v === "number" && isNaN(v))) return "—";
   if (typeof v !== "number") return String(v);
-  const s = v.toFixed(digits);
-  return signed && v >= 0 ? "+" + s : s;
-}
-function secs(t) {
-  if (t === null || t === undefined) return "—";
-  const s = Math.round(t), h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
-  return h ? `${h}h${String(m).padStart(2, "0")}m` : m ? `${m}m${String(s % 60).padStart(2, "0")}s` : `${s}s`;
+  if (spec.duration) {
+    const s = Math.round(v), h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+    return h ? `${h}h${String(m).padStart(2, "0")}m` : m ? `${m}m${String(s % 60).padStart(2, "0")}s` : `${s}s`;
+  }
+  if (spec.digits === undefined) return String(v);
+  const text = v.toFixed(spec.digits);
+  return spec.signed && v >= 0 ? "+" + text : text;
 }
 function unique(values) { return [...new Set(values)].sort((a, b) => String(a).localeCompare(String(b))); }
 // plotly.js is 4.8 MB: its first parse takes seconds on a slow machine, so it is loaded after the page's tables and
@@ -95,13 +100,18 @@ function followLedger(stillMoving, cellId) {
 }
 
 // -- the sweep -----------------------------------------------------------------------------------------------------
-const CELL_COLUMNS = [
-  ["cell_id", "cell"], ["task", "task"], ["agent", "agent"], ["driver", "driver"], ["mode", "mode"], ["seed", "seed"],
-  ["status", "status"], ["outcome_class", "outcome"], ["baseline_score", "baseline", 3], ["best_score", "best", 3],
-  ["improvement", "improvement", 3, true], ["final_score", "held-out", 3], ["n_submissions", "subs"],
-  ["driver_tokens", "tokens", 0], ["cost_usd", "cost $", 4], ["elapsed_s", "elapsed"], ["flags", "flags"],
-];
 const FILTERS = ["task", "agent", "driver", "mode", "status", "outcome_class"];
+
+// A cell's row, on the sweep page and a group's: the columns and their formatted values come in the page's data.
+function cellRow(c, columns, failureClasses) {
+  return el("tr", { class: `status-${c.status}` }, columns.map(({ key, format }) => {
+    const v = c[key], text = c.shown[key];
+    if (key === "cell_id") return el("td", {}, el("a", { href: `cell-${v}.html` }, v), " ", el("a", { class: "muted", href: `group-${c.group}.html`, title: "this group's seeds side by side" }, "seeds"));
+    if (key === "flags") return el("td", {}, v.map((f) => el("span", { class: "flag" }, f)));
+    if (key === "outcome_class") return el("td", { title: failureClasses[v] || "" }, v || "");
+    return el("td", { class: format === "text" ? null : "num" }, text);
+  }));
+}
 
 function sweepPage(data) {
   const state = { filters: {}, flag: "", text: "", sort: null, desc: false, axis: "time" };
@@ -119,7 +129,7 @@ function sweepPage(data) {
   filters.appendChild(el("input", { type: "search", placeholder: "cell id", oninput: (e) => { state.text = e.target.value.trim(); update(); } }));
 
   const table = document.getElementById("cells");
-  const head = el("tr", {}, CELL_COLUMNS.map(([key, label]) => el("th", { "data-key": key, onclick: () => {
+  const head = el("tr", {}, data.columns.map(({ key, label }) => el("th", { "data-key": key, onclick: () => {
     state.desc = state.sort === key ? !state.desc : false;
     state.sort = key;
     update();
@@ -133,18 +143,6 @@ function sweepPage(data) {
     (!state.flag || (state.flag === "-" ? c.flags.length === 0 : c.flags.includes(state.flag))) &&
     (!state.text || c.cell_id.includes(state.text)));
 
-  function row(c) {
-    return el("tr", { class: `status-${c.status}` }, CELL_COLUMNS.map(([key, , digits, signed]) => {
-      const v = c[key];
-      if (key === "cell_id") return el("td", {}, el("a", { href: `cell-${v}.html` }, v), " ", el("a", { class: "muted", href: `group-${c.group}.html`, title: "this group's seeds side by side" }, "seeds"));
-      if (key === "flags") return el("td", {}, v.map((f) => el("span", { class: "flag" }, f)));
-      if (key === "elapsed_s") return el("td", { class: "num" }, secs(v));
-      if (key === "outcome_class") return el("td", { title: data.failure_classes[v] || "" }, v || "");
-      if (digits !== undefined) return el("td", { class: "num" }, fmt(v, digits, signed));
-      return el("td", {}, v === null ? "—" : String(v));
-    }));
-  }
-
   function update() {
     let cells = shown();
     if (state.sort) {
@@ -157,7 +155,7 @@ function sweepPage(data) {
         return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y))) * sign;
       });
     }
-    body.replaceChildren(...cells.map(row));
+    body.replaceChildren(...cells.map((c) => cellRow(c, data.columns, data.failure_classes)));
     document.getElementById("cell-count").textContent = `${cells.length} of ${data.cells.length} cells`;
     drawCurves(cells);
   }
@@ -210,7 +208,7 @@ function sweepPage(data) {
 
   update();
   drawHeatmap(data.tables.improvement);
-  drawTables(data.tables);
+  drawTables(data.shown_tables);
   followLedger(data.progress.missing > 0);
 }
 
@@ -231,7 +229,7 @@ function drawHeatmap(table) {
   }));
   const limit = Math.max(1e-9, ...z.flat().filter((v) => v !== null).map(Math.abs));
   plotly(div, [{ type: "heatmap", z, x: who, y: tasks, colorscale: "RdBu", zmin: -limit, zmax: limit, reversescale: true,
-    text: z.map((r) => r.map((v) => fmt(v, 2, true))), texttemplate: "%{text}",
+    text: z.map((r) => r.map((v) => formatted(v, "gain_short"))), texttemplate: "%{text}",
     hovertemplate: "%{y} · %{x}<br>mean improvement %{z:.3f}<extra></extra>" }],
   { height: 120 + 40 * tasks.length, margin: { l: 120, r: 15, t: 20, b: 90 } });
 }
@@ -249,30 +247,21 @@ function drawBestOfK(table, task) {
     yaxis: { title: { text: "expected best improvement" } }, height: 300 });
 }
 
-const TABLE_VIEWS = {
-  improvement: ["task", "agent", "driver", "mode", "n", "mean", "se", "ci_lo", "ci_hi", "driver_tokens", "cost_usd", "note"],
-  held_out: ["task", "agent", "driver", "mode", "n", "mean", "se", "mean_gap", "feedback_mean"],
-  pooled: ["agent", "driver", "n", "n_clusters", "mean", "clustered_se", "anchored_mean", "anchored_clustered_se"],
-  pass_at_k: null, best_of_k: null, failure_classes: null, references: null,
-};
 function drawTables(tables) {
   const root = document.getElementById("tables");
-  for (const [name, wanted] of Object.entries(TABLE_VIEWS)) {
-    const t = tables[name];
-    if (!t || !t.rows.length) continue;
-    let rows = records(t);
-    if (t.columns.includes("infra_errors")) rows = rows.filter((r) => r.infra_errors === "exclude");
-    const columns = (wanted || t.columns).filter((c) => t.columns.includes(c) && c !== "infra_errors");
-    root.appendChild(el("details", { open: name === "improvement" || null, "data-table": name }, el("summary", {}, `${name} (${rows.length} rows)`),
+  for (const [name, t] of Object.entries(tables)) {
+    root.appendChild(el("details", { open: name === "improvement" || null, "data-table": name }, el("summary", {}, `${name} (${t.rows.length} rows)`),
       el("div", { class: "scroll" }, el("table", { class: "data" },
-        el("thead", {}, el("tr", {}, columns.map((c) => el("th", {}, c)))),
-        el("tbody", {}, rows.map((r) => el("tr", {}, columns.map((c) => el("td", { class: typeof r[c] === "number" ? "num" : "" },
-          typeof r[c] === "number" && !Number.isInteger(r[c]) ? fmt(r[c], 3) : r[c] === null ? "—" : String(r[c]))))))))));
+        el("thead", {}, el("tr", {}, t.columns.map((c) => el("th", {}, c)))),
+        el("tbody", {}, t.rows.map((r) => el("tr", {}, r.map((text) => el("td", { class: /^[+-]?[0-9.]+$/.test(text) ? "num" : "" }, text)))))))));
   }
 }
 
 // -- a group -------------------------------------------------------------------------------------------------------
 function groupPage(data) {
+  const seeds = document.getElementById("seeds");
+  seeds.appendChild(el("thead", {}, el("tr", {}, data.columns.map(({ label }) => el("th", {}, label)))));
+  seeds.appendChild(el("tbody", {}, data.cells.slice().sort((a, b) => a.seed - b.seed).map((c) => cellRow(c, data.columns, data.failure_classes))));
   let axis = "time";
   const tabs = document.getElementById("axis-tabs");
   const draw = () => {
@@ -316,10 +305,10 @@ function drawTrajectory(data) {
   const base = r.baseline_score ?? 0;
   const valid = subs.filter((s) => s.valid);
   const color = (s) => (s.flags.includes("copy_of_base") || s.flags.includes("known_checkpoint") ? "#d62728" : s.flags.length ? "#ff7f0e" : "#1f77b4");
-  const hover = (s) => `#${s.index} at ${fmt(s.t, 1)} s<br>score ${fmt(s.score)} (${fmt(s.improvement, 3, true)})` +
+  const hover = (s) => `#${s.index} at ${formatted(s.t, "seconds")} s<br>score ${formatted(s.score, "score")} (${formatted(s.improvement, "gain")})` +
     (s.flags.length ? `<br>flags: ${s.flags.join(", ")}` : "") + (s.error ? `<br>error: ${String(s.error).slice(0, 120)}` : "") +
     (s.code_commit ? `<br>code ${s.code_commit.slice(0, 10)}` : "") +
-    (data.final && data.final.submission_id === s.index ? `<br>held-out ${fmt(data.final.score)}` : "");
+    (data.final && data.final.submission_id === s.index ? `<br>held-out ${formatted(data.final.score, "score")}` : "");
   const end = Math.max(r.elapsed_s || 0, ...subs.map((s) => s.t));
   const traces = [
     { x: [0, end], y: [base, base], name: "baseline", mode: "lines", line: { dash: "dot", color: "grey" }, hoverinfo: "skip" },
@@ -334,7 +323,7 @@ function drawTrajectory(data) {
   if (data.final && data.final.score !== null && data.final.score !== undefined) {
     const at = subs.find((s) => s.index === data.final.submission_id);
     traces.push({ x: [at ? at.t : end], y: [data.final.score], name: "held-out final", mode: "markers",
-      marker: { symbol: "diamond", size: 13, color: "#9467bd" }, hovertemplate: `held-out ${fmt(data.final.score)} (n=${data.final.n})<extra></extra>` });
+      marker: { symbol: "diamond", size: 13, color: "#9467bd" }, hovertemplate: `held-out ${formatted(data.final.score, "score")} (n=${data.final.n})<extra></extra>` });
   }
   plotly(div, traces, { xaxis: { title: { text: "time since the attempt started (s)" } }, yaxis: { title: { text: "score" } } });
 }
@@ -356,14 +345,14 @@ function textBlock(text, cls) {
 }
 function entryView(e) {
   const p = e.payload, kind = kindOf(e);
-  const head = el("a", { class: "t", href: `#t=${e.t.toFixed(1)}`, title: "link to this moment" }, `t=${fmt(e.t, 1)}s`);
+  const head = el("a", { class: "t", href: `#t=${e.t.toFixed(1)}`, title: "link to this moment" }, `t=${formatted(e.t, "seconds")}s`);
   const box = (cls, ...children) => el("div", { class: `entry ${cls}`, id: `e-${e.n}`, "data-t": e.t.toFixed(1), "data-kind": kind }, head, ...children);
   if (e.kind === "agent_trace") {
     switch (p.type) {
       case "message": return box(`message role-${p.role}`, el("span", { class: "who" }, p.role || "model"), textBlock(p.text, "text"));
       case "tool_call": return box("tool-call", el("span", { class: "who" }, `tool call · ${p.tool}`), p.id ? el("span", { class: "muted" }, ` ${p.id}`) : null, textBlock(p.input, "code"));
       case "tool_result": return box(`tool-result ${p.ok === false ? "failed" : ""}`, el("span", { class: "who" }, p.ok === false ? "tool result · failed" : "tool result"), p.id ? el("span", { class: "muted" }, ` ${p.id}`) : null, textBlock(p.output, "code"));
-      case "usage": return box("small", `usage (as the CLI reports it${p.scope ? ", " + p.scope : ""}): ${p.input_tokens ?? "—"} in, ${p.output_tokens ?? "—"} out, ${p.cached_tokens ?? 0} cached` + (p.cost_usd ? `, $${fmt(p.cost_usd, 4)}` : ""));
+      case "usage": return box("small", `usage (as the CLI reports it${p.scope ? ", " + p.scope : ""}): ${p.input_tokens ?? "—"} in, ${p.output_tokens ?? "—"} out, ${p.cached_tokens ?? 0} cached` + (p.cost_usd ? `, $${formatted(p.cost_usd, "usd")}` : ""));
       case "session": return box("small", `session started: model ${p.model || "—"}`);
       case "result": return box("small", `the CLI's verdict: ${p.ok ? "ok" : "not ok"}${p.turns ? `, ${p.turns} turns` : ""}`, p.text ? textBlock(p.text, "text") : null);
       case "error": return box("failed", el("span", { class: "who" }, "error"), textBlock(p.message, "text"));
@@ -373,17 +362,17 @@ function entryView(e) {
   if (e.kind === "driver_usage") {
     return box("driver", el("span", { class: "who" }, "driver call"),
       ` ${p.model || ""}${p.requested_model && p.requested_model !== p.model ? ` (asked ${p.requested_model})` : ""} · ${p.input_tokens ?? 0} in / ${p.output_tokens ?? 0} out` +
-      `${p.cached_tokens ? ` / ${p.cached_tokens} cached` : ""} tokens · $${fmt(p.cost_usd || 0, 4)}` +
-      `${p.latency_s !== undefined ? ` · ${fmt(p.latency_s, 1)} s` : ""}${p.status && p.status !== 200 ? ` · status ${p.status}` : ""}${p.estimated ? " · estimated" : ""}`,
+      `${p.cached_tokens ? ` / ${p.cached_tokens} cached` : ""} tokens · $${formatted(p.cost_usd || 0, "usd")}` +
+      `${p.latency_s !== undefined ? ` · ${formatted(p.latency_s, "seconds")} s` : ""}${p.status && p.status !== 200 ? ` · status ${p.status}` : ""}${p.estimated ? " · estimated" : ""}`,
       p.error ? el("div", { class: "error" }, String(p.error)) : null);
   }
   if (e.kind === "submission") {
     return box("submission", el("span", { class: "who" }, `submission #${p.submission_id}`),
-      ` score ${fmt(p.score)}${p.improvement !== null && p.improvement !== undefined ? ` (${fmt(p.improvement, 3, true)})` : ""} `,
+      ` score ${formatted(p.score, "score")}${p.improvement !== null && p.improvement !== undefined ? ` (${formatted(p.improvement, "gain")})` : ""} `,
       (p.flags || []).map((f) => el("span", { class: "flag" }, f)), p.error ? el("div", { class: "error" }, String(p.error)) : null);
   }
   if (e.kind === "outcome") return box("status", el("span", { class: "who" }, "outcome"), ` ${p.status}${p.limit_hit ? ", limit " + p.limit_hit : ""}${p.error ? ": " + p.error : ""}`);
-  if (e.kind === "reprompt") return box("status", el("span", { class: "who" }, "re-prompted"), ` ${secs(p.time_left_s)} left`);
+  if (e.kind === "reprompt") return box("status", el("span", { class: "who" }, "re-prompted"), ` ${formatted(p.time_left_s, "duration")} left`);
   return box("status", el("span", { class: "who" }, e.kind), ` ${p.status || JSON.stringify(p)}`);
 }
 
@@ -393,7 +382,7 @@ function makeTranscript(data) {
   const hidden = new Set();
   let current = -1;
   const pager = el("select", { "aria-label": "transcript page", onchange: (e) => show(parseInt(e.target.value, 10)) },
-    pages.map((p, i) => el("option", { value: i }, `page ${i + 1} of ${pages.length}: t=${secs(p.t0)}–${secs(p.t1)}`)));
+    pages.map((p, i) => el("option", { value: i }, `page ${i + 1} of ${pages.length}: t=${formatted(p.t0, "duration")}–${formatted(p.t1, "duration")}`)));
   const prev = el("button", { onclick: () => show(current - 1) }, "◀ earlier");
   const next = el("button", { onclick: () => show(current + 1) }, "later ▶");
   controls.append(prev, pager, next, ...Object.entries(KIND_FILTERS).map(([k, label]) => el("label", {},
@@ -544,6 +533,7 @@ function diffView(t0, t1) {
 // what the tests and the benchmark wait for.
 document.addEventListener("DOMContentLoaded", async () => {
   const data = pageData();
+  FORMATS = data.formats || {};
   const page = document.body.dataset.page;
   if (page === "sweep") sweepPage(data);
   else if (page === "cell") await cellPage(data);
