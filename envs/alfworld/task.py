@@ -20,7 +20,7 @@ import json
 from functools import cached_property
 from pathlib import Path
 
-from contracts import original
+from contracts import release
 from contracts.decoding import Decoding
 from contracts.environment import Demonstration
 from contracts.file_lock import build_once
@@ -70,7 +70,7 @@ class AlfWorldTask(InteractiveTask):
         first with perturbations injected at this rate (recovery data, see envs.alfworld.ordered_expert);
         build_workers: processes building the games and their expert rows; eval_workers: processes stepping eval
         games during grading (0: in the grader's process); react_prompts: ReAct's react_prompts.json for the paper
-        protocol (None: the one the released original ships, contracts/original.py). Games live under the task's
+        protocol (None: the one the released original ships, contracts/release.py). Games live under the task's
         cache_dir."""
         super().__init__(spec)
         name = spec.name
@@ -118,10 +118,10 @@ class AlfWorldTask(InteractiveTask):
         return []
 
     def examples_path(self) -> Path:
-        """task.react_prompts, else the file the released original ships beside its eval.py (contracts/original.py)."""
+        """task.react_prompts, else the file the released original ships beside its eval.py (contracts/release.py)."""
         if self.react_prompts:
             return Path(self.react_prompts).expanduser()
-        return self.cache_dir / "original" / original.VERSION_DIR / REACT_PROMPTS
+        return self.cache_dir / "release" / release.VERSION_DIR / REACT_PROMPTS
 
     def missing_data(self) -> list[str]:
         return self._missing_games() + self._missing_examples()
@@ -159,9 +159,9 @@ class AlfWorldTask(InteractiveTask):
         if self.react_prompts:
             return [f"task {self.name}: ReAct's react_prompts.json (protocol paper) is not at {self.examples_path()}: "
                     "fix task.react_prompts=<path>, or set it to null to use the released original's"]
-        if (original.wheel_store() / original.WHEEL).is_file():
+        if (release.wheel_store() / release.WHEEL).is_file():
             return []  # extracted from the pinned wheel at first use, no download
-        return [f"task {self.name}: ReAct's react_prompts.json comes from the released original ({original.RELEASE} "
+        return [f"task {self.name}: ReAct's react_prompts.json comes from the released original ({release.RELEASE} "
                 f"on PyPI), which is not on this machine: it is fetched once at first use (scripts/setup fetches it)"]
 
     @cached_property
@@ -170,8 +170,8 @@ class AlfWorldTask(InteractiveTask):
         path = self.examples_path()
         if not self.react_prompts and not path.is_file():
             try:
-                path = original.original_root(self.cache_dir) / REACT_PROMPTS
-            except original.OriginalUnavailable as e:
+                path = release.release_root(self.cache_dir) / REACT_PROMPTS
+            except release.ReleaseUnavailable as e:
                 raise ConfigError(f"task {self.name}: protocol=paper needs ReAct's ALFWorld examples: {e}; or set "
                                   "task.react_prompts=<path> to a copy of react_prompts.json") from e
         if not path.is_file():
