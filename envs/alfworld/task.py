@@ -92,6 +92,7 @@ class AlfWorldTask(InteractiveTask):
         self.build_workers = int(build_workers)
         self.eval_workers = int(eval_workers)  # processes stepping eval games while the model generates
         self.react_prompts = react_prompts
+        # protocol branch (stays): a refusal of a config the release cannot play (its step count is fixed), not a value
         if self.protocol == "paper" and self.max_steps != paper_prompt.MAX_STEPS:
             raise ValueError(f"task {name}: max_steps={max_steps}, but the paper protocol plays "
                              f"{paper_prompt.MAX_STEPS} steps a game, as the original does")
@@ -101,6 +102,8 @@ class AlfWorldTask(InteractiveTask):
         """paper: greedy, raw text, at most 100 new tokens, cut at a newline, no repetition penalty (the original's
         vLLM SamplingParams), a prompt too long for 4,096 tokens cut to its last ones (rdagent 1.0.0's eval.py,
         paper_prompt.fit); a2rl: the grader's settings, as for every task."""
+        # protocol branch (stays): the release's decoding also fits each prompt to its context (paper_prompt.fit): code,
+        # not a value
         if self.protocol == "paper":
             return Decoding(max_new_tokens=paper_prompt.MAX_NEW_TOKENS, stop=paper_prompt.STOP,
                             repetition_penalty=1.0, chat_template=False, fit=paper_prompt.fit)
@@ -112,6 +115,7 @@ class AlfWorldTask(InteractiveTask):
         return str(self.cache_dir / "data" / "alfworld")
 
     def approximations(self) -> list[str]:
+        # protocol branch (stays): stand-ins are said only where the release's data is promised
         if self.protocol == "paper" and not self.data_path:
             return ["games: a2rl's generated games stand in for ALFWorld's json_2.1.1 valid_unseen (data_path is null; "
                     "data_path=paper reads the paper's)"]
@@ -150,10 +154,14 @@ class AlfWorldTask(InteractiveTask):
             from envs.alfworld import download
 
             download.fetch(self.data_path, sources["alfworld"], sources.get("sha256"))
+        # protocol branch (stays): the release's ReAct examples are fetched only for the protocol whose prompt reads
+        # them
         if self.protocol == "paper":
             self.examples  # noqa: B018 - fetches and extracts the released original where it is missing
 
     def _missing_examples(self) -> list[str]:
+        # protocol branch (stays): the release's ReAct examples are checked only for the protocol whose prompt reads
+        # them
         if self.protocol != "paper" or self.examples_path().is_file():
             return []
         if self.react_prompts:
@@ -258,9 +266,12 @@ class AlfWorldTask(InteractiveTask):
 
     @cached_property
     def _environment(self) -> AlfWorldEnvironment:
+        # protocol branch (stays): only the release's ReAct prompt has few-shot examples
         examples = self.examples if self.protocol == "paper" else {}  # a missing file is refused before any build
         games = {"train": self.train_games(), "eval": self.eval_games(), "final": self.final_games()}
         names = {path: self.game_name(path) for paths in games.values() for path in paths}
+        # protocol branch (stays): the release's ReAct loop is another Environment class (its examples, its game names):
+        # code, not a value
         if self.protocol == "paper":  # the original reads an upstream game's task type from its folder's name
             return AlfWorldPaperEnvironment(games, names, self.max_steps, examples,
                                             types_from_names=bool(self.data_path))
@@ -316,6 +327,7 @@ class AlfWorldTask(InteractiveTask):
 
     # -- the agent's view ---------------------------------------------------------------------------------------
     def _grading_text(self, final: str) -> str:
+        # protocol branch (stays): how a long episode is cut follows the release's context: its prompt's text only
         if self.protocol == "paper":
             context = paper_prompt.MAX_MODEL_LEN
             room, keep = context - paper_prompt.MAX_NEW_TOKENS, context - paper_prompt.MAX_NEW_TOKENS - 1
