@@ -135,6 +135,7 @@ def stand_ins(cells: list[CellSpec], cache_dir: Path) -> dict[str, list[str]]:
     `approximate` (the task's approximations())."""
     from contracts.task import load_task
 
+    # protocol branch (stays): stand-ins are named only where the release's grading is promised (the tasks say what)
     tasks = {c.task_name: c.task for c in cells if c.task.protocol == "paper"}
     return {name: notes for name, spec in tasks.items() if (notes := load_task(spec, cache_dir).approximations())}
 
@@ -163,6 +164,7 @@ def paper_task_lines(cells: list[CellSpec], cache_dir: Path) -> list[str]:
     from orchestrator.sweep import judge_drivers
 
     lines = []
+    # protocol branch (stays): the dry run's lines on the release's data, search and judge, per task graded as it
     for name, spec in {c.task_name: c.task for c in cells if c.task.protocol == "paper"}.items():
         task = load_task(spec, cache_dir)
         notes = task.approximations()

@@ -28,7 +28,7 @@ def test_a_third_protocols_agent_side_runs_a_cell(run_sweep, tmp_path):
     plan, _, out = run_sweep([
         "sweep=smoke", "sweep.agents=[command]", "agent=command", f"agent.files=[{tmp_path / 'agent.py'}]",
         "agent.command=python code/agent.py", "task=arithmetic", "task.name=arithmetic_third",
-        "task.cls=reasoning_gym_third", "task.protocol=third", "imports=[tests.support.third_side]",
+        "task.cls=reasoning_gym_third", "+task.protocol=third", "imports=[tests.support.third_side]",
         "sweep.budget.wall_time_s=300", "sandbox.kill_grace_s=1"])
     (cell,) = plan.to_run
     assert type(agent_side(cell)).__name__ == "ThirdSide"
