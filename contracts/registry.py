@@ -1,5 +1,5 @@
 """One registry for every name a config can hold: tasks, agent kinds, CLI adapters, evaluator backends, base models,
-tokenizer corpora and driver providers.
+tokenizer corpora and driver providers (and the agent sides of protocols, orchestrator/agent_sides).
 
 A module registers what it defines under a name with a decorator, the way Inspect's `@task` does:
 
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from contracts.specs import ConfigError
 
-KINDS = ("task", "agent_kind", "cli_adapter", "backend", "base_model", "tokenizer_corpus", "provider")
+KINDS = ("task", "agent_kind", "agent_side", "cli_adapter", "backend", "base_model", "tokenizer_corpus", "provider")
 
 T = TypeVar("T")
 

@@ -8,7 +8,7 @@ It survives its own death: every change is appended to a journal file before the
 the actor (max_restarts) and retries the calls that were in flight (max_task_retries), and the restarted actor
 replays the journal. A retried call must not count twice, so every change is idempotent: a submission is reserved
 under the caller's request id, finished or cancelled by its submission id, a session claimed by its session id, a
-paper run's entry added by its submission id and an answer kept under its cache key.
+release run's entry added by its submission id and an answer kept under its cache key.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from contracts.refusals import Refusal
 
 REGISTRY_NAME = "a2rl-run-registry"
 NAMESPACE = "a2rl"  # explicit: Serve replicas live in their own namespace
-APIS = ("a2rl", "paper")  # the shapes a run's grading answers take (RunRegistration.api)
+APIS = ("a2rl", "release")  # the grading APIs a run is answered in (RunRegistration.api; evaluators/grading_api.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,12 +40,13 @@ class RunRegistration:
     max_submissions: int
     driver_key: str | None = None   # the cell's key on the driver proxy (/status shows its use); None: no driver
     given: dict[str, str] | None = None  # {path: sha256} of what a2rl wrote in the workspace before the agent started
-    # "a2rl": the grader answers in a2rl's shape; "paper": in the original benchmark's (RD-Agent's autorl_bench
-    # core/server.py: its /submit body and answer keys, its cache of an unchanged resubmission, /time, /health)
+    # the grading API its agent side answers in (orchestrator/agent_sides): "a2rl", or "release": the release's
+    # (RD-Agent's autorl_bench core/server.py: its /submit body and answer keys, its cache of an unchanged
+    # resubmission, /time, /health)
     api: str = "a2rl"
-    gpus: tuple[str, ...] = ()      # the cell's CUDA_VISIBLE_DEVICES entries (the paper API's available_gpus)
-    budget_started_at: float | None = None  # the paper API's start_time (its /time, run_meta.json); None: started_at
-    timeout_s: int | None = None    # the paper API's timeout_s (its /time, run_meta.json)
+    gpus: tuple[str, ...] = ()      # the cell's CUDA_VISIBLE_DEVICES entries (the release API's available_gpus)
+    budget_started_at: float | None = None  # the release API's start_time (its /time, run_meta.json); None: started_at
+    timeout_s: int | None = None    # the release API's timeout_s (its /time, run_meta.json)
 
     def __post_init__(self):
         if self.api not in APIS:  # a misspelt api would be answered in a2rl's shape without a word
@@ -74,7 +75,7 @@ class Run(RunRegistration):
     scores: list[float]
     final: FinalCandidate | None
     last_submit_time: int | None = None  # int(time.time()) when its last graded submission was recorded
-    entries: list[dict] = dataclasses.field(default_factory=list)  # a paper run's: the original's scores.json list
+    entries: list[dict] = dataclasses.field(default_factory=list)  # a release run's: the release's scores.json list
 
     @property
     def counted(self) -> int:
@@ -192,7 +193,7 @@ class RunRegistry:
             run["last_submit_time"] = at
         return run["best"]
 
-    # -- a paper run's books in the original's shape (evaluators/grader.py answers with them) -------------------
+    # -- a release run's books in the release's shape (evaluators/grading_api.py answers with them) -------------------
     def add_entry(self, token: str, entry: dict) -> tuple[dict, int]:
         """Add a graded submission's entry (the original's scores.json item) to the run's list, once per submission
         id (a retried call adds nothing); returns the best entry (the original's max(): the first highest score)

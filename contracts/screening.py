@@ -37,6 +37,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from contracts.protocols import protocol as protocol_values
 from contracts.specs import ConfigError
 
 FLAGS = ("null_model", "judge_injection")
@@ -67,7 +68,7 @@ class ScreenSettings:
             raise ConfigError(f"task {task}: screen keys {unknown} are unknown; known: {sorted(DEFAULTS)}")
         s = {**DEFAULTS, **given}
         if s["count_flagged"] is None:
-            s["count_flagged"] = protocol == "paper"
+            s["count_flagged"] = protocol_values(protocol).counts_flagged
         if not isinstance(s["count_flagged"], bool):
             raise ConfigError(f"task {task}: screen.count_flagged={s['count_flagged']!r}; use true, false or null "
                               "(null: the protocol's: paper counts a flagged submission, a2rl does not)")

@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 
 from contracts import registry
+from contracts.protocols import protocol
 from contracts.decoding import Decoding, Prompt
 from contracts.environment import Demonstration, Environment
 from contracts.layout import default_cache_dir
@@ -268,13 +269,13 @@ For each eval {self.item} the grader {asks}.{needs}
         the paper on a GPU (gpu: the replica has one), else transformers."""
         if self.grader.backend != "auto":
             return self.grader.backend
-        return "vllm" if self.protocol == "paper" and self.grader.num_gpus > 0 and gpu else "transformers"
+        return protocol(self.protocol).auto_backend_on_gpu if self.grader.num_gpus > 0 and gpu else "transformers"
 
     def backend_settings(self, gpu: bool) -> GraderSettings:
         """The grader's settings as its backend gets them: `auto` resolved; a vLLM engine grading as the paper gets
         the original's context for the task, unless the config sets max_model_len."""
         grader = dataclasses.replace(self.grader, backend=self.backend_name(gpu))
-        if self.protocol == "paper" and grader.backend == "vllm" and grader.max_model_len is None:
+        if protocol(self.protocol).release_context and grader.backend == "vllm" and grader.max_model_len is None:
             return dataclasses.replace(grader, max_model_len=self.original_max_model_len)
         return grader
 
@@ -283,12 +284,9 @@ For each eval {self.item} the grader {asks}.{needs}
         return {"score": self.percent(sum(item["score"] for item in items), len(items))}
 
     def percent(self, hits: float, n: int) -> float:
-        """hits of n as the score's percentage. Under the paper's protocol in the original's own arithmetic,
-        `(hits / n) * 100` as its evaluators write it (OpenCompass's tasks override it), so that a paper score is
-        bit-equal to the original's: 100.0 * 5 / 6 and (5 / 6) * 100 differ in the last bit."""
-        if not n:
-            return 0.0
-        return (hits / n) * 100 if self.protocol == "paper" else 100.0 * hits / n
+        """hits of n as the score's percentage, in the protocol's arithmetic (contracts/protocols.py; OpenCompass's
+        tasks override it)."""
+        return protocol(self.protocol).percent(hits, n)
 
     def hidden_paths(self) -> list[Path]:
         """Where the hidden split lives outside the grading cache (a local copy of a dataset, a data file that ships

@@ -1,7 +1,7 @@
 """What a sweep's cells and graders read that is fetched or built once: one list, which the dry run and the start of a
 run check (what is missing) and `python -m orchestrator prepare` fetches (orchestrator/prepare.py).
 
-- the released original (the pinned `rdagent` wheel, contracts/original.py), when a paper cell's agent needs it;
+- the released original (the pinned `rdagent` wheel, contracts/release.py), when a paper cell's agent needs it;
 - each task's base model and known models: hub ids (fetched into CACHE_DIR/models/hub by the code a run uses,
   evaluators.base_models.resolve_base_model) and a2rl's built ones (tiny, smollm2: built, no network);
 - each task's data, where its `missing_data()` names something: fetched with the task's own loading code (its
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.specs import CellSpec
+from orchestrator.agent_sides import agent_side
 
 
 def prepare_command() -> str:
@@ -74,26 +75,26 @@ class Artefact:
 
 class OriginalWheel(Artefact):
     def __init__(self, cache_dir: Path, n_cells: int):
-        from contracts import original
+        from contracts import release
 
-        super().__init__(f"the released original {original.RELEASE}", original.wheel_store() / original.WHEEL,
+        super().__init__(f"the released original {release.RELEASE}", release.wheel_store() / release.WHEEL,
                          [f"{n_cells} paper cells' agents"])
         self.cache_dir = cache_dir
 
     def present(self) -> bool:
-        from contracts import original
+        from contracts import release
 
-        return self.where.is_file() and original._sha256(self.where) == original.SHA256
+        return self.where.is_file() and release._sha256(self.where) == release.SHA256
 
     def fetch(self, sources: dict) -> None:
-        from contracts import original
+        from contracts import release
 
-        original.original_root(self.cache_dir)  # fetches the wheel (sha256-checked), then extracts it
+        release.release_root(self.cache_dir)  # fetches the wheel (sha256-checked), then extracts it
 
     def facts(self) -> tuple[int | None, str]:
-        from contracts import original
+        from contracts import release
 
-        return size_of(self.where), f"sha256 {original.SHA256[:12]}"
+        return size_of(self.where), f"sha256 {release.SHA256[:12]}"
 
 
 class HubModel(Artefact):
@@ -245,10 +246,8 @@ def sweep_artefacts(cells: list[CellSpec], cache_dir: Path) -> list[Artefact]:
     """Everything the cells need, each once, in the order to fetch them (the wheel first: a paper task reads its
     texts)."""
     from contracts.task import load_task
-    from orchestrator.original_workspace import paper_side
-
     out: dict[str, Artefact] = {}
-    n_paper = sum(paper_side(c) for c in cells)
+    n_paper = sum(agent_side(c).reads_release for c in cells)
     if n_paper:
         wheel = OriginalWheel(cache_dir, n_paper)
         out[wheel.key] = wheel

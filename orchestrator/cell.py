@@ -26,7 +26,6 @@ from agents.kinds import AgentKind, agent_kind
 from contracts.infra import InfraError, is_infrastructure
 from contracts import registry
 from contracts.layout import Layout
-from contracts.original import original_root
 from contracts.outcomes import Limit, Status
 from contracts.records import (
     ATTEMPT,
@@ -45,6 +44,7 @@ from contracts.specs import CellOptions, CellSpec
 from contracts.task import is_interactive, load_task, prompt_file
 from contracts.task_spec import TaskSpec
 from orchestrator import reprompt, sandbox
+from orchestrator.agent_sides import CellStart, agent_side
 from orchestrator.cell_report import CellReport, Outcome
 from orchestrator.ledger import AGENT_ERROR, BUDGET_EXHAUSTED, COMPLETED, INFRA_ERROR, RUNNING
 from orchestrator.records import (
@@ -55,9 +55,7 @@ from orchestrator.records import (
     submission_event,
     trace_event,
 )
-from orchestrator.grading_relay import GradingRelay, peer_uids
-from orchestrator.original_workspace import home_for, materialise_original, original_data, original_env, paper_side
-from orchestrator.workspace import agent_env, given_digests, materialise, task_material
+from orchestrator.workspace import given_digests
 
 POLL_S = 0.2
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -83,12 +81,6 @@ def sandbox_paths(layout: Layout, task: TaskSpec) -> tuple[list[Path], list[Path
         hidden.append(Path(os.environ["RAY_AUTH_TOKEN_PATH"]))
     readonly = [*sandbox.python_paths(), layout.models_cache]
     return hidden, readonly
-
-
-def linked_from(folder: Path) -> list[Path]:
-    """What the links directly inside a folder point to (a paper cell's data/: ALFWorld's train games), for the
-    sandbox to show read-only."""
-    return [(folder / name).resolve() for name in os.listdir(folder) if (folder / name).is_symlink()]
 
 
 def reachable(opts: CellOptions) -> list[tuple[str, int]]:
@@ -205,7 +197,7 @@ class RunningAgent:
     spawn: Callable[[list[str], dict], sandbox.AgentProcess]   # (re)starts it in its sandbox
     judge_agreement: dict | None = None  # the task's LLM judge asked twice on a sample: how often it agreed
     budget_deadline: float = 0.0    # the deadline the wall-time budget set (deadline moves with working time)
-    relay: Any = None               # a paper cell's grading relay (orchestrator/grading_relay.py)
+    close_side: Callable[[], None] = lambda: None  # what its agent side opened for it (the release's relay)
 
     def __post_init__(self) -> None:
         self.budget_deadline = self.budget_deadline or self.deadline
@@ -230,12 +222,14 @@ def unstarted(attempt: Attempt, error: str) -> Outcome:
 
 
 def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None, opts: CellOptions) -> RunningAgent:
-    """Workspace, run registration with the grader (and the driver proxy), then the agent in its sandbox."""
+    """The cell's agent side (orchestrator/agent_sides: a2rl's, or the release's for a paper cell's CLI) makes the
+    workspace and says the environment, grading endpoint and launch; then the run is registered with the grader (in
+    the side's grading API) and the driver proxy, and the agent started in its sandbox."""
     from evaluators.base_models import resolve_base_model
     from evaluators.service import app_name
 
     cell, layout = attempt.cell, attempt.layout
-    material = task_material(cell.task, layout.cache_dir)
+    side = agent_side(cell)
     base_model = resolve_base_model(cell.task.base_model, layout.models_cache)
     grader = serve.get_app_handle(app_name(cell.task_name, opts.scope))
     token = secrets.token_urlsafe(24)
@@ -251,34 +245,19 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
            f"the grader of {cell.task_name} (its baseline)")
     deadline = time.time() + cell.budget.wall_time_s  # the budget starts now
     workspace = layout.workspace(cell.cell_id, attempt.number)
-    spec = cell.task
-    argv, code_files = kind.command(cell.agent, prompt_file(spec))
-    forward, home, relay, original_dir = reachable(opts), None, None, None
-    if paper_side(cell):  # the original's workspace, environment, launch and token-less grading API
-        original_dir = original_root(layout.cache_dir)
-        data_dir = original_data(spec, layout.cache_dir)
-        materialise_original(workspace, cell, data_dir=data_dir, base_model_dir=base_model, original_dir=original_dir,
-                             started=deadline - cell.budget.wall_time_s, code_files=code_files)
-        relay = GradingRelay(f"{opts.grading_url}/{cell.task_name}", token,
-                             allowed_uids=peer_uids(settings.network, sandbox.agent_ids(cell.cell_id, settings)))
-        port = relay.start()
-        forward = sorted({*forward, ("127.0.0.1", port)})
-        env = original_env(workspace, cell, f"http://127.0.0.1:{port}", cell.budget.cpus)
-        home = home_for(workspace)
-        readonly += [original_dir, data_dir, *linked_from(data_dir)]
-    else:
-        run_info = {"grading_url": f"{opts.grading_url}/{cell.task_name}", "run_token": token,
-                    **({"rollout_url": f"{opts.grading_url}/{cell.task_name}/env"} if is_interactive(spec) else {}),
-                    "started_at": attempt.started, "deadline": deadline}
-        materialise(workspace, cell, material=material, base_model_dir=base_model, run_info=run_info,
-                    code_files=code_files)
-        env = agent_env(workspace, json.loads((workspace / "run.json").read_text()), cell.budget.cpus)
-    if session is not None:  # the per-cell driver key (the real one stays in the proxy); a CLI's command line
-        assert opts.driver_url is not None  # a cell with a driver runs in a sweep with the driver proxy
-        argv = session.start(workspace, env, opts.driver_url, attempt.dir / DRIVER_CALLS, argv, opts.scope,
-                             original_dir)
-        readonly += session.readonly_paths(hidden)
+    argv, code_files = kind.command(cell.agent, prompt_file(cell.task))
+    opened = side.open(CellStart(
+        cell=cell, workspace=workspace, cache_dir=layout.cache_dir, base_model=base_model, code_files=code_files,
+        grading_url=f"{opts.grading_url}/{cell.task_name}", token=token, started=attempt.started, deadline=deadline,
+        interactive=is_interactive(cell.task), sandbox=settings))
+    env, readonly = opened.env, readonly + opened.readonly
+    forward = sorted({*reachable(opts), *opened.forward})
     try:
+        if session is not None:  # the per-cell driver key (the real one stays in the proxy); a CLI's command line
+            assert opts.driver_url is not None  # a cell with a driver runs in a sweep with the driver proxy
+            argv = session.start(workspace, env, opts.driver_url, attempt.dir / DRIVER_CALLS, argv, opts.scope,
+                                 opened.launch)
+            readonly += session.readonly_paths(hidden)
         registered = answer(grader.register_run.remote(token, RunRegistration(
             cell_id=cell.cell_id, workspace=str(workspace), records_dir=str(attempt.dir),
             code_repo=str(layout.code_repo(cell.cell_id)), started_at=attempt.started, deadline=deadline,
@@ -286,8 +265,8 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
             # what a2rl wrote, as it was before the agent started: given text, never evidence of contamination
             given=given_digests(workspace),
             driver_key=session.key if session is not None else None,  # /status shows its tokens
-            # the original's API and answers for a paper cell (through its relay), with what /time and /health say
-            api="paper" if relay is not None else "a2rl", budget_started_at=deadline - cell.budget.wall_time_s,
+            # the side's grading API, with what the release's /time and /health say
+            api=side.api, budget_started_at=deadline - cell.budget.wall_time_s,
             timeout_s=int(cell.budget.wall_time_s),
             gpus=tuple(g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()))),
             opts.eval_timeout_s + opts.service_timeout_s, f"the grader of {cell.task_name} (registering the run)")
@@ -297,16 +276,16 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
                                  sandboxed=opts.sandboxed, hidden=hidden, readonly=readonly, settings=settings,
                                  cell_id=cell.cell_id, forward=forward,
                                  memory_bytes=settings.memory_bytes(cell.budget), network_log=attempt.dir / NETWORK,
-                                 home=home)
+                                 home=opened.home)
         process = spawn(argv, env)
     except BaseException:
         if session is not None:
             session.close()
-        if relay is not None:
-            relay.close()
+        opened.close()
         raise
-    return RunningAgent(workspace, token, deadline, registered["baseline_score"], is_interactive(spec), process,
-                        time.time(), grader, argv, env, spawn, registered.get("judge_agreement"), relay=relay)
+    return RunningAgent(workspace, token, deadline, registered["baseline_score"], is_interactive(cell.task), process,
+                        time.time(), grader, argv, env, spawn, registered.get("judge_agreement"),
+                        close_side=opened.close)
 
 
 def restart(attempt: Attempt, agent: RunningAgent, records: Records, opts: CellOptions) -> None:
@@ -363,8 +342,7 @@ def stop(attempt: Attempt, agent: RunningAgent, session: AgentSession | None, op
     agent.process.kill_group(opts.kill_grace_s)  # also when the agent exited: its children may live on
     left: dict = {"resource_limit": agent.process.limit_hit(final=True)}  # e.g. the kernel's OOM kill ended it
     agent.process.close()
-    if agent.relay is not None:
-        agent.relay.close()
+    agent.close_side()
     if session is not None:
         try:  # the key stops working; calls still in flight land in the records first
             session.close()

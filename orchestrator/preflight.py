@@ -25,6 +25,7 @@ from contracts.layout import Layout
 from contracts.specs import CellSpec, ConfigError
 from contracts.task_spec import TaskSpec
 from orchestrator import sandbox
+from orchestrator.agent_sides import agent_side
 
 EMULATED_GPU = "emulated_gpu"
 
@@ -121,31 +122,11 @@ def check_vllm(cells: list[CellSpec], emulated: bool) -> None:
         raise ConfigError(problems[0])
 
 
-def check_paper_cells(cells: list[CellSpec], sandbox_cfg: dict) -> None:
-    """A paper cell's CLI runs the original's start.sh (its prompt and flags), and reaches its grader through a relay
-    that adds the run's token: what cannot hold is one line now."""
-    from orchestrator.original_workspace import model_name, paper_side
-    from orchestrator.sandbox import Settings, agent_ids
-
+def check_agent_sides(cells: list[CellSpec], sandbox_cfg: dict) -> None:
+    """Each cell's agent side says what cannot hold for it (a paper cell's CLI runs the release's start.sh and
+    reaches its grader through a relay): one line now, before anything starts."""
     for c in cells:
-        if not paper_side(c):
-            continue
-        model_name(c)
-        ignored = sorted(k for k in ("preamble", "extra_args") if (c.agent.args or {}).get(k))
-        if ignored:
-            raise ConfigError(f"agent {c.agent.name} on task {c.task_name} (protocol paper) launches as the original "
-                              f"does, which has no {' or '.join(ignored)}: drop agent.args.{ignored[0]}, or run the "
-                              f"task with task.protocol=a2rl")
-        if c.mode and (c.mode.get("instructions") or "").strip():
-            raise ConfigError(f"mode {c.mode_name} tells agents its rules in their instructions, and the original's "
-                              f"prompt (agent {c.agent.name}, task {c.task_name}, protocol paper) has no place for "
-                              "them: compare training routes with task.protocol=a2rl, or use mode=free")
-        settings = Settings.from_cfg(sandbox_cfg)
-        if settings.network == "host" and agent_ids(c.cell_id, settings) is None:
-            raise ConfigError(f"agent {c.agent.name} on task {c.task_name} (protocol paper) would reach its grader "
-                              "through a relay on this machine's loopback that, with sandbox.network=host and no uid "
-                              "of its own per agent (a2rl not run as root), other cells could use too: run a2rl as "
-                              "root, or use sandbox.network=isolated")
+        agent_side(c).check(c, sandbox_cfg)
 
 
 def stand_ins(cells: list[CellSpec], cache_dir: Path) -> dict[str, list[str]]:
@@ -154,6 +135,7 @@ def stand_ins(cells: list[CellSpec], cache_dir: Path) -> dict[str, list[str]]:
     `approximate` (the task's approximations())."""
     from contracts.task import load_task
 
+    # protocol branch (stays): stand-ins are named only where the release's grading is promised (the tasks say what)
     tasks = {c.task_name: c.task for c in cells if c.task.protocol == "paper"}
     return {name: notes for name, spec in tasks.items() if (notes := load_task(spec, cache_dir).approximations())}
 
@@ -182,6 +164,7 @@ def paper_task_lines(cells: list[CellSpec], cache_dir: Path) -> list[str]:
     from orchestrator.sweep import judge_drivers
 
     lines = []
+    # protocol branch (stays): the dry run's lines on the release's data, search and judge, per task graded as it
     for name, spec in {c.task_name: c.task for c in cells if c.task.protocol == "paper"}.items():
         task = load_task(spec, cache_dir)
         notes = task.approximations()

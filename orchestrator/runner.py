@@ -17,7 +17,7 @@ from orchestrator import sandbox
 from orchestrator.artefacts import check_artefacts
 from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
 from orchestrator.preflight import (EMULATED_GPU, check_agents_python, check_nodes_share, check_reservations,
-                                     check_paper_cells, check_stand_ins, check_tasks, check_vllm, check_writable,
+                                     check_agent_sides, check_stand_ins, check_tasks, check_vllm, check_writable,
                                      driver_keys, resources_of)
 from orchestrator.records import reconcile
 from orchestrator.sweep import check_cluster, expand
@@ -147,7 +147,7 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
     check_cluster(cfg)
     cells = expand(cfg)
     check_tasks(cells)
-    check_paper_cells(cells, to_plain(cfg.sandbox))
+    check_agent_sides(cells, to_plain(cfg.sandbox))
     layout = Layout.make(cfg.output_dir, cfg.cache_dir, cfg.cluster.get("workspace_root"))
     emulated = bool(cfg.cluster.emulated_gpus)
     if not cfg.dry_run:

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from contracts.file_lock import build_once
 from contracts.specs import CellSpec
 from contracts.task_spec import TaskSpec
 
@@ -77,37 +78,41 @@ def task_material(task: TaskSpec, cache_dir: Path) -> Path:
 
     The orchestrator builds it before the trials start, so a cell only copies files (generating a train split
     can take seconds and import heavy packages)."""
-    folder = cache_dir / "tasks" / f"{task.name}-{material_key(task)}"
-    if (folder / "train.jsonl").exists():
-        return folder
-    from contracts.task import build_task
+    def build(tmp: Path) -> None:
+        from contracts.task import build_task
 
-    built = build_task(task, cache_dir)
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    for name, text in built.given_texts().items():  # what the grader also knows as given (contamination)
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / name).write_text(text)
-    try:
-        os.rename(tmp, folder)  # atomic: concurrent builders race harmlessly
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+        tmp.mkdir(parents=True)
+        for name, text in build_task(task, cache_dir).given_texts().items():  # the grader knows them as given
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_text(text)
+
+    return build_once(cache_dir / "tasks" / f"{task.name}-{material_key(task)}", build)
+
+
+def new_workspace(workspace: Path, *, folders: tuple[str, ...], model_link: str, base_model_dir: Path,
+                  code_files: Mapping[str, Path] | None) -> Path:
+    """What every agent side's workspace starts as: its empty folders, the base model as a link (never a copy), and
+    the files its code/ starts with (name -> source). A half-made workspace from a crashed attempt is never reused."""
+    if workspace.exists():
+        shutil.rmtree(workspace)
+    for name in ("code", *folders):
+        (workspace / name).mkdir(parents=True, exist_ok=True)
+    (workspace / model_link).parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(base_model_dir, workspace / model_link, target_is_directory=True)
+    for name, path in (code_files or {}).items():
+        shutil.copy2(path, workspace / "code" / name)
+    return workspace
 
 
 def materialise(workspace: Path, cell: CellSpec, *, material: Path, base_model_dir: Path,
                 run_info: dict, code_files: Mapping[str, Path] | None = None) -> Path:
-    if workspace.exists():  # a half-made workspace from a crashed attempt is never reused
-        shutil.rmtree(workspace)
-    (workspace / "data").mkdir(parents=True)
-    (workspace / "code").mkdir()
-    (workspace / "output").mkdir()
+    """a2rl's workspace (the layout above)."""
+    new_workspace(workspace, folders=("data", "output"), model_link="model", base_model_dir=base_model_dir,
+                  code_files=code_files)
     (workspace / "instructions.md").write_text(instructions(cell, (material / "instructions.md").read_text()))
     shutil.copyfile(material / "train.jsonl", workspace / "data" / "train.jsonl")
     if (material / "eval").is_dir():  # the protocol's evaluator (Task.evaluator_files)
         shutil.copytree(material / "eval", workspace / "eval")
-    os.symlink(base_model_dir, workspace / "model", target_is_directory=True)
-    for name, path in (code_files or {}).items():  # what the agent's code/ starts with (name -> source)
-        shutil.copy2(path, workspace / "code" / name)
     run = {
         "cell_id": cell.cell_id,
         "task": cell.task_name,
@@ -171,21 +176,19 @@ def base_env(home: Path, cpus: float, inherit: Mapping[str, str] | None = None) 
     return env
 
 
-def agent_env(workspace: Path, run: dict, cpus: float, inherit: Mapping[str, str] | None = None) -> dict:
-    """a2rl's agent side: the clean environment, its HOME in the workspace, the run's endpoints and token."""
-    env = base_env(workspace / ".home", cpus, inherit)
+def agent_env(workspace: Path, *, home: Path, task: str, base_model: str, model_path: Path, grading_url: str,
+              cpus: float, extra: Mapping[str, str] | None = None, inherit: Mapping[str, str] | None = None) -> dict:
+    """The variables every agent side sets over the clean environment (their values are the side's: a2rl's name its
+    workspace's model/ and run.json's endpoints, the release's are its run.py's), and the side's own (extra)."""
+    env = base_env(home, cpus, inherit)
     env.update({
-        "TASK": run["task"],
+        "TASK": task,
+        "BASE_MODEL": base_model,
         "WORKSPACE": str(workspace),
-        "BASE_MODEL": str(workspace / run["model_path"]),
-        "MODEL_PATH": str(workspace / run["model_path"]),
+        "MODEL_PATH": str(model_path),
         "DATA_PATH": str(workspace / "data"),
-        "OUTPUT_DIR": str(workspace / run["output_dir"]),
-        "GRADING_SERVER_URL": run["grading_url"],
-        "A2RL_RUN_TOKEN": run["run_token"],
-        "A2RL_CELL_ID": run["cell_id"],
-        "A2RL_DEADLINE": str(run["deadline"]),
+        "OUTPUT_DIR": str(workspace / "output"),
+        "GRADING_SERVER_URL": grading_url,
+        **(extra or {}),
     })
-    if run.get("rollout_url"):  # level 3: the rollout service
-        env["A2RL_ROLLOUT_URL"] = run["rollout_url"]
     return env

@@ -30,7 +30,7 @@ import yaml
 
 from agents.cli import get_adapter
 from agents.cli.base import Context
-from contracts.original import original_root
+from contracts.release import release_root
 from orchestrator.workspace import base_env
 from tests.conftest import ROOT
 from tests.fixtures.parity import agent_side as side
@@ -123,7 +123,7 @@ class Cell:
         self.expected = fixture(agent)
         env, tree = self.raw["env"], self.raw["tree"] or {}
         self.workspace, self.url = env.get("WORKSPACE", ""), env.get("GRADING_SERVER_URL", "")
-        self.paths = dict(workspace=self.workspace, grading_url=self.url, original_dir=str(original_root(cache_dir)),
+        self.paths = dict(workspace=self.workspace, grading_url=self.url, original_dir=str(release_root(cache_dir)),
                           model_dir=tree.get(f"models/{side.BASE_MODEL}", {}).get("target"),
                           data_dir=tree.get("data", {}).get("target"),
                           pipeline_dir=env.get("OPENCODE_RL_ROOT") or env.get("OPENHANDS_RL_ROOT"))

@@ -1,4 +1,4 @@
-"""The original benchmark's grading API on a2rl's grader (runs registered with api="paper"), over real HTTP on
+"""The original benchmark's grading API on a2rl's grader (runs registered with api="release"), over real HTTP on
 loopback, against the answers of the original's own server (tests/fixtures/parity/original_server.json, made by
 make_original_server.py from rdagent 1.0.0): the same scripted calls give the same statuses, keys in the same order,
 the same ids, totals, paths, error texts, the cached answer, and the same files in the workspace."""
@@ -54,7 +54,7 @@ class PaperRun:
         grader["handle"].register_run.remote(self.token, RunRegistration(
             cell_id=root.name, workspace=str(self.workspace), records_dir=str(self.records),
             code_repo=str(root / "code.git"), started_at=now, deadline=now + 600, max_submissions=max_submissions,
-            api="paper", gpus=GPUS, budget_started_at=self.budget_started_at, timeout_s=SETUP["timeout_s"])).result()
+            api="release", gpus=GPUS, budget_started_at=self.budget_started_at, timeout_s=SETUP["timeout_s"])).result()
 
     def call(self, method: str, path: str, body: dict | None = None, token: str | None = "") -> httpx.Response:
         headers = {} if token is None else {"Authorization": f"Bearer {token or self.token}"}

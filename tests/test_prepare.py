@@ -200,7 +200,7 @@ def test_a_checksum_that_does_not_match_is_refused_and_named(upstream, tmp_path,
 def test_the_released_original_is_checked_against_its_pin(tmp_path):
     """pip fetches the wheel from the index it is given (here one on loopback whose wheel is not the pinned one):
     refused, named, nothing kept in the wheel store."""
-    from contracts import original
+    from contracts import release
 
     info = "rdagent-1.0.0.dist-info"
     wheel = zipped({"rdagent/__init__.py": b"",  # a valid wheel that pip accepts, but not the released one
@@ -208,22 +208,22 @@ def test_the_released_original_is_checked_against_its_pin(tmp_path):
                     f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
                     f"{info}/RECORD": b""})
     server = HubServer().start()
-    server.add_file("/simple/rdagent/", f'<a href="/files/{original.WHEEL}">{original.WHEEL}</a>'.encode(),
+    server.add_file("/simple/rdagent/", f'<a href="/files/{release.WHEEL}">{release.WHEEL}</a>'.encode(),
                     "text/html")
-    server.add_file(f"/files/{original.WHEEL}", wheel)
+    server.add_file(f"/files/{release.WHEEL}", wheel)
     try:
         env = {**os.environ, "PIP_INDEX_URL": server.url + "/simple", "PIP_NO_CACHE_DIR": "1",
                "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "",
                "A2RL_ORIGINAL_WHEEL_DIR": str(tmp_path / "store")}
-        code = ("from contracts import original\ntry:\n    original.fetch_wheel()\nexcept original.OriginalUnavailable"
+        code = ("from contracts import release\ntry:\n    release.fetch_wheel()\nexcept release.ReleaseUnavailable"
                 " as e:\n    print('REFUSED', e)")
         out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=120)
     finally:
         server.stop()
-    assert f"REFUSED the downloaded {original.WHEEL} has sha256" in out.stdout, out.stdout + out.stderr
-    assert original.SHA256 in out.stdout
-    assert not (tmp_path / "store" / original.WHEEL).exists()
+    assert f"REFUSED the downloaded {release.WHEEL} has sha256" in out.stdout, out.stdout + out.stderr
+    assert release.SHA256 in out.stdout
+    assert not (tmp_path / "store" / release.WHEEL).exists()
 
 
 def test_a_gpu_sweep_missing_an_artefact_refuses_in_one_line(tmp_path, monkeypatch):
@@ -297,11 +297,11 @@ def test_prepare_fetches_the_papers_data_into_the_cache_then_nothing(upstream, t
 def test_offline_prepare_of_the_paper_grid_names_what_it_could_not_fetch_and_fails(tmp_path):
     """No network (the hub offline, every upstream URL a closed loopback port): the paper data is among what failed,
     each by name, and the command ends with status 1."""
-    from contracts import original
+    from contracts import release
 
     closed = "http://127.0.0.1:9"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
-           "RAY_AUTH_MODE": "disabled", "A2RL_ORIGINAL_WHEEL_DIR": str(original.wheel_store()),
+           "RAY_AUTH_MODE": "disabled", "A2RL_ORIGINAL_WHEEL_DIR": str(release.wheel_store()),
            "PYTHONPATH": str(ROOT)}
     run = orchestrator(["prepare", "sweep=paper_grid", "sweep.tasks=[alfworld,webshop,deepsearchqa]",
                         f"cache_dir={tmp_path}/cache", f"output_dir={tmp_path}/out", f"downloads.alfworld={closed}",

@@ -100,8 +100,8 @@ class CliAdapter:
     providers: tuple[str, ...] = ()   # driver providers whose wire protocol the CLI speaks
     on_path: bool = True        # its folder goes first on the agent's PATH (an npm CLI's siblings)
     args: tuple[str, ...] = ()  # its own agent.args knobs, besides COMMON_ARGS
-    original: str | None = None  # the released original's agents/<name>/ whose start.sh a paper cell runs
-    original_not_held: tuple[str, ...] = ()  # what of that start.sh cannot hold in a2rl's cells, in words
+    release: str | None = None  # the release's agents/<name>/ whose start.sh its agent side runs (contracts/release.py)
+    release_not_held: tuple[str, ...] = ()  # what of that start.sh cannot hold in a2rl's cells, in words
 
     def install_command(self, version: str | None) -> str:
         return f"npm install -g {self.package}" + (f"@{version}" if version else "")
@@ -173,16 +173,29 @@ class PythonCli(CliAdapter):
 
 # -- helpers the adapters share --------------------------------------------------------------------------------
 
-def build_prompt(workspace: Path, args: dict, continuation: str | None = None, paper: bool = False) -> str:
-    """The task's instructions.md (in a paper workspace after the original's description.md: its instructions.md
-    is the benchmark's shared one), after a preamble saying the agent works alone (agent.args.preamble overrides)
-    and, for a re-prompted agent, the note on what it has left."""
+def build_prompt(workspace: Path, args: dict, continuation: str | None = None, before: tuple[str, ...] = ()) -> str:
+    """The task's instructions.md (after the workspace's files named in `before`: in the release's workspace its
+    description.md, whose instructions.md is the benchmark's shared one), after a preamble saying the agent works
+    alone (agent.args.preamble overrides) and, for a re-prompted agent, the note on what it has left."""
     preamble = args.get("preamble") or PREAMBLE
     note = continuation.strip() + "\n\n" if continuation else ""
-    task = (workspace / "instructions.md").read_text()
-    if paper:
-        task = (workspace / "description.md").read_text() + "\n\n" + task
+    task = "".join((workspace / name).read_text() + "\n\n" for name in before)
+    task += (workspace / "instructions.md").read_text()
     return preamble.format(workspace=workspace) + note + task
+
+
+class CliLaunch:
+    """How an agent side launches a CLI (its choice, handed to the cell's session): a2rl's is the adapter's command
+    line on a prompt built from the workspace's instructions.md. agents/cli/release.py has the release's."""
+    prompt_before: tuple[str, ...] = ()  # workspace files the prompt shows before instructions.md
+
+    def prompt(self, workspace: Path, args: dict, continuation: str | None = None) -> str:
+        return build_prompt(workspace, args, continuation, self.prompt_before)
+
+    def command(self, adapter: CliAdapter, ctx: Context, exe: Path) -> tuple[list[str], Launch, dict]:
+        """The command line, the launch (its variables), and what the cell's outcome says of it ({}: nothing)."""
+        launch = adapter.launch(ctx)
+        return adapter.command_line(exe, launch.argv), launch, {}
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -17,7 +17,7 @@ class ClaudeCode(CliAdapter):
     executable = "claude"
     package = "@anthropic-ai/claude-code"
     providers = ("anthropic",)
-    original = "claude"
+    release = "claude"
 
     def launch(self, ctx: Context) -> Launch:
         argv = ["claude", "-p", ctx.prompt, "--output-format", "stream-json", "--verbose",

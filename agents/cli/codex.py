@@ -28,8 +28,8 @@ class Codex(CliAdapter):
     package = "@openai/codex"
     providers = ("openai", "openai-compatible")
     args = ("reasoning_effort",)
-    original = "codex"
-    original_not_held = (
+    release = "codex"
+    release_not_held = (
         "--search: Codex offers the model its web search tool, which the provider runs (OpenAI's hosted tool); it "
         "holds only where the driver's server has that tool (not a local server), and the isolated sandbox never "
         "reaches the web itself",)

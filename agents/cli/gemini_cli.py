@@ -17,7 +17,7 @@ class GeminiCli(CliAdapter):
     executable = "gemini"
     package = "@google/gemini-cli"
     providers = ("gemini",)
-    original = "gemini"
+    release = "gemini"
 
     def launch(self, ctx: Context) -> Launch:
         write_json(ctx.home / ".gemini" / "settings.json", {

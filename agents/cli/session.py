@@ -18,9 +18,7 @@ import shutil
 import time
 from pathlib import Path
 
-from agents.cli.base import CliAdapter, Context, build_prompt
-from agents.cli.original import original_launch
-from agents.cli.original import record as original_record
+from agents.cli.base import CliAdapter, CliLaunch, Context
 from agents.proxy.protocols import provider
 from contracts.outcomes import Limit
 
@@ -79,7 +77,7 @@ class AgentSession:
         self._proxy_app = ""
         self.driver = driver_config(cell)   # start() adds the model's context window the proxy found
         self.final_usage: dict | None = None
-        self.original_dir: Path | None = None  # a paper cell's: the released original's folder (its start.sh)
+        self.launch = CliLaunch()             # its agent side's way of launching the CLI (start() is told it)
         self.launched: dict = {}              # how the CLI was launched, for the cell's outcome
 
     def _proxy(self):
@@ -98,12 +96,12 @@ class AgentSession:
         return sorted(p for p in candidates if not any(_covers(p.resolve(), h) for h in hidden))
 
     def start(self, workspace: Path, env: dict, proxy_url: str, records_path: Path, argv: list[str],
-              scope: str = "", original_dir: Path | None = None) -> list[str]:
+              scope: str = "", launch: CliLaunch | None = None) -> list[str]:
         """Register the cell with its sweep's driver proxy (scope: the sweep's, contracts.serving.sweep_scope; limits
         from its budget, call records into records_path), put the driver's variables (and the CLI's) into env;
-        returns the command line to run. original_dir: a paper cell's released original, whose start.sh launches a
-        CLI that has one (agents/cli/original.py)."""
-        self.original_dir = original_dir
+        returns the command line to run. launch: how the cell's agent side launches a CLI (a2rl's when None; the
+        release's start.sh: agents/cli/release.py)."""
+        self.launch = launch or CliLaunch()
         from agents.proxy.deployment import APP_NAME
         from contracts.serving import scoped
 
@@ -128,18 +126,10 @@ class AgentSession:
         registered. continuation: what a re-prompted CLI reads before its task prompt (orchestrator/reprompt.py)."""
         assert self.adapter is not None and self.exe is not None and self.key is not None
         args = dict(self.cell.agent.args or {})
-        paper = self.original_dir is not None
         ctx = Context(workspace=workspace, home=Path(env["HOME"]),
-                      prompt=build_prompt(workspace, args, continuation, paper),
+                      prompt=self.launch.prompt(workspace, args, continuation),
                       driver=self.driver, proxy_url=self._proxy_url, key=self.key, args=args)
-        if paper and self.adapter.original:  # the original's start.sh builds the prompt and runs the CLI
-            launch = original_launch(self.adapter, ctx, self.exe, self.original_dir)
-            argv = launch.argv
-        else:
-            launch = self.adapter.launch(ctx)
-            argv = self.adapter.command_line(self.exe, launch.argv)
-        if paper:
-            self.launched = original_record(self.adapter, self.original_dir, launch)
+        argv, launch, self.launched = self.launch.command(self.adapter, ctx, self.exe)
         if self.parser is not None:
             self.parser.home = ctx.home
         env.update(launch.env)

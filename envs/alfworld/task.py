@@ -20,7 +20,7 @@ import json
 from functools import cached_property
 from pathlib import Path
 
-from contracts import original
+from contracts import release
 from contracts.decoding import Decoding
 from contracts.environment import Demonstration
 from contracts.file_lock import build_once
@@ -70,7 +70,7 @@ class AlfWorldTask(InteractiveTask):
         first with perturbations injected at this rate (recovery data, see envs.alfworld.ordered_expert);
         build_workers: processes building the games and their expert rows; eval_workers: processes stepping eval
         games during grading (0: in the grader's process); react_prompts: ReAct's react_prompts.json for the paper
-        protocol (None: the one the released original ships, contracts/original.py). Games live under the task's
+        protocol (None: the one the released original ships, contracts/release.py). Games live under the task's
         cache_dir."""
         super().__init__(spec)
         name = spec.name
@@ -92,6 +92,7 @@ class AlfWorldTask(InteractiveTask):
         self.build_workers = int(build_workers)
         self.eval_workers = int(eval_workers)  # processes stepping eval games while the model generates
         self.react_prompts = react_prompts
+        # protocol branch (stays): a refusal of a config the release cannot play (its step count is fixed), not a value
         if self.protocol == "paper" and self.max_steps != paper_prompt.MAX_STEPS:
             raise ValueError(f"task {name}: max_steps={max_steps}, but the paper protocol plays "
                              f"{paper_prompt.MAX_STEPS} steps a game, as the original does")
@@ -101,6 +102,8 @@ class AlfWorldTask(InteractiveTask):
         """paper: greedy, raw text, at most 100 new tokens, cut at a newline, no repetition penalty (the original's
         vLLM SamplingParams), a prompt too long for 4,096 tokens cut to its last ones (rdagent 1.0.0's eval.py,
         paper_prompt.fit); a2rl: the grader's settings, as for every task."""
+        # protocol branch (stays): the release's decoding also fits each prompt to its context (paper_prompt.fit): code,
+        # not a value
         if self.protocol == "paper":
             return Decoding(max_new_tokens=paper_prompt.MAX_NEW_TOKENS, stop=paper_prompt.STOP,
                             repetition_penalty=1.0, chat_template=False, fit=paper_prompt.fit)
@@ -112,16 +115,17 @@ class AlfWorldTask(InteractiveTask):
         return str(self.cache_dir / "data" / "alfworld")
 
     def approximations(self) -> list[str]:
+        # protocol branch (stays): stand-ins are said only where the release's data is promised
         if self.protocol == "paper" and not self.data_path:
             return ["games: a2rl's generated games stand in for ALFWorld's json_2.1.1 valid_unseen (data_path is null; "
                     "data_path=paper reads the paper's)"]
         return []
 
     def examples_path(self) -> Path:
-        """task.react_prompts, else the file the released original ships beside its eval.py (contracts/original.py)."""
+        """task.react_prompts, else the file the released original ships beside its eval.py (contracts/release.py)."""
         if self.react_prompts:
             return Path(self.react_prompts).expanduser()
-        return self.cache_dir / "original" / original.VERSION_DIR / REACT_PROMPTS
+        return self.cache_dir / "release" / release.VERSION_DIR / REACT_PROMPTS
 
     def missing_data(self) -> list[str]:
         return self._missing_games() + self._missing_examples()
@@ -150,18 +154,22 @@ class AlfWorldTask(InteractiveTask):
             from envs.alfworld import download
 
             download.fetch(self.data_path, sources["alfworld"], sources.get("sha256"))
+        # protocol branch (stays): the release's ReAct examples are fetched only for the protocol whose prompt reads
+        # them
         if self.protocol == "paper":
             self.examples  # noqa: B018 - fetches and extracts the released original where it is missing
 
     def _missing_examples(self) -> list[str]:
+        # protocol branch (stays): the release's ReAct examples are checked only for the protocol whose prompt reads
+        # them
         if self.protocol != "paper" or self.examples_path().is_file():
             return []
         if self.react_prompts:
             return [f"task {self.name}: ReAct's react_prompts.json (protocol paper) is not at {self.examples_path()}: "
                     "fix task.react_prompts=<path>, or set it to null to use the released original's"]
-        if (original.wheel_store() / original.WHEEL).is_file():
+        if (release.wheel_store() / release.WHEEL).is_file():
             return []  # extracted from the pinned wheel at first use, no download
-        return [f"task {self.name}: ReAct's react_prompts.json comes from the released original ({original.RELEASE} "
+        return [f"task {self.name}: ReAct's react_prompts.json comes from the released original ({release.RELEASE} "
                 f"on PyPI), which is not on this machine: it is fetched once at first use (scripts/setup fetches it)"]
 
     @cached_property
@@ -170,8 +178,8 @@ class AlfWorldTask(InteractiveTask):
         path = self.examples_path()
         if not self.react_prompts and not path.is_file():
             try:
-                path = original.original_root(self.cache_dir) / REACT_PROMPTS
-            except original.OriginalUnavailable as e:
+                path = release.release_root(self.cache_dir) / REACT_PROMPTS
+            except release.ReleaseUnavailable as e:
                 raise ConfigError(f"task {self.name}: protocol=paper needs ReAct's ALFWorld examples: {e}; or set "
                                   "task.react_prompts=<path> to a copy of react_prompts.json") from e
         if not path.is_file():
@@ -258,9 +266,12 @@ class AlfWorldTask(InteractiveTask):
 
     @cached_property
     def _environment(self) -> AlfWorldEnvironment:
+        # protocol branch (stays): only the release's ReAct prompt has few-shot examples
         examples = self.examples if self.protocol == "paper" else {}  # a missing file is refused before any build
         games = {"train": self.train_games(), "eval": self.eval_games(), "final": self.final_games()}
         names = {path: self.game_name(path) for paths in games.values() for path in paths}
+        # protocol branch (stays): the release's ReAct loop is another Environment class (its examples, its game names):
+        # code, not a value
         if self.protocol == "paper":  # the original reads an upstream game's task type from its folder's name
             return AlfWorldPaperEnvironment(games, names, self.max_steps, examples,
                                             types_from_names=bool(self.data_path))
@@ -316,6 +327,7 @@ class AlfWorldTask(InteractiveTask):
 
     # -- the agent's view ---------------------------------------------------------------------------------------
     def _grading_text(self, final: str) -> str:
+        # protocol branch (stays): how a long episode is cut follows the release's context: its prompt's text only
         if self.protocol == "paper":
             context = paper_prompt.MAX_MODEL_LEN
             room, keep = context - paper_prompt.MAX_NEW_TOKENS, context - paper_prompt.MAX_NEW_TOKENS - 1

@@ -106,6 +106,8 @@ class DeepSearchQATask(InteractiveTask):
         self.data_path = data_path
         self.eval_workers = int(eval_workers)
         self.judge = judge if isinstance(judge, dict) and judge.get("provider") not in (None, "none") else None
+        # protocol branch (stays): the judge's model is the release's only under its grading (a2rl's judge keeps its
+        # config)
         if self.judge and judge_model and self.protocol == "paper":
             self.judge = {**self.judge, "model": judge_model}
         self.screen = screening.ScreenSettings.from_config(screen, self.protocol, name)
@@ -126,6 +128,7 @@ class DeepSearchQATask(InteractiveTask):
             return None
         given = {key for key in ("url", "documents") if s[key]}
         if backend is None and len(given) < 2:
+            # protocol branch (stays): the default search backend is the release's only under its grading
             backend = "http" if s["url"] else "local" if s["documents"] else \
                 "original" if self.protocol == "paper" else None
         if backend is None:
@@ -159,6 +162,7 @@ class DeepSearchQATask(InteractiveTask):
 
     def approximations(self) -> list[str]:
         """Where this grading is not the original's (each score is flagged approximate with these lines)."""
+        # protocol branch (stays): stand-ins are said only where the release's grading is promised
         if self.protocol != "paper":
             return []
         out = []
@@ -184,6 +188,7 @@ class DeepSearchQATask(InteractiveTask):
         the original's under paper (its verdict: the first line's word), a2rl's otherwise (the first word)."""
         from envs.deepsearchqa import answers
 
+        # protocol branch (stays): the release's judge prompt's markers: another judging path
         if self.protocol == "paper":
             return screening.derive_markers(screening.JudgePrompt(
                 "RD-Agent's DeepSearchQA judge", (react.JUDGE_SYSTEM, react.judge_prompt("{predicted}", "{gold}",
@@ -235,10 +240,12 @@ class DeepSearchQATask(InteractiveTask):
 
     # -- the paper protocol ---------------------------------------------------------------------------------------
     def decoding(self) -> Decoding:
+        # protocol branch (stays): the release's ReAct turn decoding (react.TURN) goes with its loop below
         return react.TURN if self.protocol == "paper" else super().decoding()
 
     def play(self, rows: list[dict], generate, judge=None) -> dict | None:
         """The paper's ReAct loop on the rows' questions, every answer then judged as the original judges it."""
+        # protocol branch (stays): the release's ReAct loop plays episodes its own way: code, not a value
         if self.protocol != "paper":
             return None
         from concurrent.futures import ThreadPoolExecutor
@@ -365,6 +372,7 @@ class DeepSearchQATask(InteractiveTask):
 
 
     def _grading_instructions(self, final: str) -> str:
+        # protocol branch (stays): the instructions describe the protocol's grading in words: a text per protocol
         if self.protocol == "paper":
             judge = (f"an LLM judge (`{self.judge.get('model')}`)" if self.judge else
                      "the original's fallback (no judge is configured here, so the score is marked approximate): "

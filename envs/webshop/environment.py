@@ -81,6 +81,8 @@ class WebShopEnvironment(Environment):
     def render(self, goal: str, step: Step, history: Sequence[str], observations: Sequence[str] = (),
                info: dict | None = None):
         # the paper's prompt keeps its own trail of pages on the step (WebShopStep.trail): observations not needed
+        # protocol branch (stays): the release's prompt keeps its own trail of pages (paper_prompt): another render,
+        # code
         if self.protocol == "a2rl":
             return super().render(goal, step, history)
         clickables = getattr(step, "clickables", None)
@@ -91,6 +93,7 @@ class WebShopEnvironment(Environment):
                                    getattr(step, "trail", ()), len(history))
 
     def parse(self, reply: str, step: Step) -> str:
+        # protocol branch (stays): the release's reply parser (paper_prompt.parse) is code with its own fallbacks
         return super().parse(reply, step) if self.protocol == "a2rl" else paper_prompt.parse(reply)
 
     def build(self) -> tuple[Shop, dict[str, list[dict]]]:
@@ -122,6 +125,7 @@ class WebShopEnvironment(Environment):
     def score(self, last: Step) -> float:
         """a2rl: the final reward (dense: a near miss earns part of it); paper: 1 for a success (reward >= 0.5), the
         original's headline. 0 when nothing was bought."""
+        # protocol branch (stays): the release scores success, a2rl the mean reward: which metric is the headline
         if self.protocol == "paper":
             return 1.0 if last.won else 0.0
         return float(last.reward)

@@ -57,6 +57,7 @@ class WebShopTask(InteractiveTask):
             raise ValueError(f"task {name}: n_products={n_products} must be at least n_train + n_eval + final_size "
                              f"({self.n_train + self.n_eval + self.n_final}): each instruction targets its own "
                              "product")
+        # protocol branch (stays): a refusal: a remote server cannot play the release's prompt
         if server_url and spec.protocol == "paper":
             raise ValueError(f"task {name}: server_url is not supported under protocol paper (its prompt shows the "
                              "pages after the last actions, which the remote client does not keep); drop server_url")
@@ -78,6 +79,8 @@ class WebShopTask(InteractiveTask):
             from envs.webshop.real_data import UpstreamShop
 
             return UpstreamShop(self.data_path, self.n_train, self.n_eval, self.seed, self.n_final,
+                                # protocol branch (stays): which store loads the real data: the release's goals and
+                                # search differ in code
                                 paper=self.protocol == "paper", cache_dir=self.cache_dir)
         from envs.webshop.catalogue import GeneratedShop
 
@@ -130,12 +133,15 @@ class WebShopTask(InteractiveTask):
 
         out = []
         if self.data_path and (absent := download.missing(self.data_path)):
+            # protocol branch (stays): the release's search index is named only where its grading reads it
             index = ", then the Lucene index of their products (the original's search)" * (self.protocol == "paper")
             out.append(f"task {self.name}: no {', '.join(absent)} in data_path={self.data_path} (WebShop's "
                        f"1,000-product files, as the original's data.py fetches them{index})")
+        # protocol branch (stays): the release's search index is checked only where its grading reads it
         elif self.data_path and self.protocol == "paper" and not self._lucene_index_present():
             out.append(f"task {self.name}: the Lucene index of its products (the original's search) is not built "
                        f"under {self.cache_dir / 'grading' / 'webshop' / 'lucene'}")
+        # protocol branch (stays): the release's spaCy model is checked only where its reward tags with it
         if self.protocol == "paper" and original_model_data(self.cache_dir) is None:
             out.append(f"task {self.name}: spaCy's {' '.join(ORIGINAL_SPACY)} (the model the original's reward tags "
                        f"nouns with) is not in {original_model_dir(self.cache_dir)}")
@@ -161,11 +167,13 @@ class WebShopTask(InteractiveTask):
         pins = sources.get("sha256") or {}
         if self.data_path and download.missing(self.data_path):
             download.fetch(self.data_path, sources["webshop"], pins)
+        # protocol branch (stays): the release's search index is built only where its grading reads it
         if self.data_path and self.protocol == "paper":
             from envs.webshop.lucene_search import build_index, index_dir_for
 
             products = self._data.products()  # (read once: the index's folder is named by their digest)
             build_index(products, index_dir_for(self.cache_dir, products))
+        # protocol branch (stays): the release's spaCy model is fetched only where its reward tags with it
         if self.protocol == "paper" and original_model_data(self.cache_dir) is None:
             url = sources["spacy_model"]
             fetch_original_model(url, self.cache_dir, pins.get(url.rsplit("/", 1)[-1]))
@@ -201,6 +209,7 @@ class WebShopTask(InteractiveTask):
         return self.cached_rows(path, lambda: self.expert_rows(self._demonstrations()))
 
     def decoding(self) -> Decoding:
+        # protocol branch (stays): the decoding as data would still need this choice: it is the release's SamplingParams
         if self.protocol == "paper":  # RD-Agent's SamplingParams(temperature=0, max_tokens=100, stop=["\n"])
             return Decoding(paper_prompt.MAX_NEW_TOKENS, paper_prompt.STOP, repetition_penalty=1.0)
         return super().decoding()
@@ -208,6 +217,7 @@ class WebShopTask(InteractiveTask):
     def approximations(self) -> list[str]:
         """Where this grading is not the original's exactly (the record names each; the score is approximate)."""
         out = []
+        # protocol branch (stays): stand-ins are said only where the release's data is promised
         if self.protocol == "paper":
             if not self.data_path:
                 out.append("goals: a2rl's generated store stands in for WebShop's synthetic goals over "
@@ -226,6 +236,7 @@ class WebShopTask(InteractiveTask):
     def _grading_text(self) -> str:
         final = f" (a held-out final split has {self.n_final} more)" if self.n_final else ""
         head = f"The hidden eval split has {self.n_eval} other instructions, for other products of the same catalogue"
+        # protocol branch (stays): the instructions describe the protocol's grading in words: a text per protocol
         if self.protocol == "paper":
             return f"""{head}{final}. The grader plays them as the original benchmark's evaluator (RD-Agent's WebShop
 eval.py) does: for each, it opens the search page and, every step,
@@ -269,6 +280,7 @@ click are forgiven; `choose[...]` means `click[...]`). All eval episodes are pla
 
     def instructions(self) -> str:
         rows = self.train_split
+        # protocol branch (stays): the instructions describe the protocol's score in words: a text per protocol
         if self.protocol == "paper":
             score_text = (f"The score of a submission is **the success rate**: 100 x the share of the hidden eval "
                           f"instructions whose purchase earns {SUCCESS} or more (0 for an episode that buys nothing); "

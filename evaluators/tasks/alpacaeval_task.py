@@ -146,12 +146,15 @@ class AlpacaEvalTask(PairwiseTask):
         if not isinstance(judge, dict) or not judge.get("provider") or judge.get("provider") == "none":
             raise ConfigError(f"task {spec.name}: an LLM judge is required (task.judge=NAME of a conf/driver file, "
                               "e.g. gpt or local-vllm); without a key, use task=alpacaeval_offline")
+        # protocol branch (stays): the judge's model is the release's only under its grading (a2rl's judge keeps its
+        # config)
         self.judge = {**judge, "model": judge_model} if judge_model and self.protocol == "paper" else judge
         self.eval_data, self.train_data = eval_data, train_data
         self.eval_file = eval_file or EVAL_FILES[self.protocol]
         self.n_train, self.n_eval = int(n_train), (None if n_eval is None else int(n_eval))
         self.final_size = int(final_size)
         self.annotators_config = annotators_config
+        # protocol branch (stays): config checks of the release's metric: refusals, not values
         if self.protocol == "paper":
             if metric != "lc_win_rate":
                 raise ConfigError(f"task {spec.name}: protocol paper reports the LC win rate; metric={metric!r}")
@@ -161,6 +164,7 @@ class AlpacaEvalTask(PairwiseTask):
         return self.judge
 
     def judge_prompt(self) -> screening.JudgePrompt:
+        # protocol branch (stays): the release's judge prompt is alpaca_eval's annotator's: another judging path
         return alpaca_eval_annotator.judge_prompt(self.annotators_config) if self.protocol == "paper" else \
             super().judge_prompt()
 
@@ -171,6 +175,8 @@ class AlpacaEvalTask(PairwiseTask):
         return super().decoding()
 
     def score_all(self, rows: list[dict], completions: list[str], judge=None) -> list[dict]:
+        # protocol branch (stays): the release's judging (alpaca_eval's annotator, its pairwise preferences) is another
+        # scoring path: code
         if self.protocol != "paper":
             return super().score_all(rows, completions, judge)
         if judge is None:
@@ -194,6 +200,7 @@ class AlpacaEvalTask(PairwiseTask):
                  "reference_len": len(r["reference"])} for r, out, h in zip(rows, outputs, held)]
 
     def summarize(self, items: list[dict], rows: list[dict]) -> dict:
+        # protocol branch (stays): the release's length-controlled GLM is another summary: code
         if self.protocol != "paper":
             return super().summarize(items, rows)
         lc = alpaca_eval_annotator.length_controlled(
@@ -207,6 +214,7 @@ class AlpacaEvalTask(PairwiseTask):
         return self.screened({"score": metrics["lc_win_rate"], "metrics": metrics}, items, rows)
 
     def judging_instructions(self) -> str:
+        # protocol branch (stays): the instructions describe the protocol's judge in words: a text per protocol
         if self.protocol != "paper":
             return super().judging_instructions()
         return self.grader_section(heading=" (the paper's protocol: RD-Agent's AlpacaEval 2.0 evaluator)", scoring=f"""\
@@ -247,6 +255,7 @@ what the win rate would be if your outputs were as long as the reference's), ove
                            "(downloaded at first use: needs the network)")
         local = self._local_eval_folder()
         gamed = alpaca_eval_annotator.GAMED_FILE
+        # protocol branch (stays): the release's data files are checked only where its grading reads them
         if self.protocol == "paper" and not ((local is not None and (local / gamed).is_file())
                                              or hub_or_local_present("tatsu-lab/alpaca_eval", gamed)):
             out.append(f"{self.name}: the LC win rate's {gamed} (hub dataset tatsu-lab/alpaca_eval) is neither beside "
@@ -257,6 +266,7 @@ what the win rate would be if your outputs were as long as the reference's), ove
         """What missing_data() names, by the loading code a grader runs: the eval and train sets, and (protocol
         paper) df_gamed.csv as alpaca_eval's LC win rate fetches it."""
         self.train_split, self.hidden_splits  # noqa: B018 - loading is fetching
+        # protocol branch (stays): the release's data files are fetched only where its grading reads them
         if self.protocol == "paper" and self.missing_data():
             from alpaca_eval import constants
             from huggingface_hub import hf_hub_download

@@ -100,6 +100,8 @@ class Gsm8kTask(Task):
 
     @property
     def paper(self) -> bool:
+        # protocol branch (stays): the one switch of OpenCompass's protocol module (opencompass_protocol), read where
+        # its prompts and parsing differ
         return self.protocol == "paper"
 
     def fewshot_source(self) -> Path | None:

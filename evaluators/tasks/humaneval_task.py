@@ -144,6 +144,8 @@ class HumanEvalTask(Task):
 
     @property
     def paper(self) -> bool:
+        # protocol branch (stays): the one switch of OpenCompass's protocol module (opencompass_protocol), read where
+        # its prompts and harness differ
         return self.protocol == "paper"
 
     def _row(self, split: str, index: int, problem: dict, position: int) -> dict:
