@@ -19,6 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["tests.support.module_times"]  # each module's wall time against its recorded budget
 
 
 def free_port() -> int:
