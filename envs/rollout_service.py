@@ -329,7 +329,8 @@ def _lost(session_id: str, opening: bool = False) -> Refusal:
 
 # Everything the router class uses is defined above it: Serve pickles the class when it is decorated.
 
-@serve.deployment(max_ongoing_requests=512, health_check_period_s=10)
+# 120 s for a health check, not Serve's 30: a busy machine is no reason to restart a replica (evaluators/grader.py)
+@serve.deployment(max_ongoing_requests=512, health_check_period_s=10, health_check_timeout_s=120)
 @serve.ingress(api)
 class RolloutService:
     def __init__(self, spec: TaskSpec, instances: list[Instance], max_steps: int, host_names: list[str],

@@ -70,7 +70,9 @@ INFRA_FAULTS = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
 
 # Everything the deployment class uses is defined above it: Serve pickles a class when it is decorated.
 
-@serve.deployment(max_ongoing_requests=256, health_check_period_s=10)
+# A replica answers Serve's health check within 120 s, not Serve's 30: on a machine busy with training a check can
+# wait that long, and a replica marked unhealthy is restarted with its evaluations lost (a crash is seen at once).
+@serve.deployment(max_ongoing_requests=256, health_check_period_s=10, health_check_timeout_s=120)
 @serve.ingress(api)
 class Grader(RunClosing):
     """The agent-facing API and the runs' bookkeeping; evaluations go to the Evaluator replicas. It holds no model,

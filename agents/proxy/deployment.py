@@ -53,7 +53,9 @@ class ProxyCells:
         return self.cells
 
 
-@serve.deployment(num_replicas=1, max_ongoing_requests=2048)   # default 5 would queue streams
+# max_ongoing_requests: Serve's default 5 would queue streams; 120 s for a health check, not Serve's 30: a busy
+# machine is no reason to restart the proxy (evaluators/grader.py)
+@serve.deployment(num_replicas=1, max_ongoing_requests=2048, health_check_timeout_s=120)
 @serve.ingress()
 class DriverProxy:
     def __init__(self, retry: dict | None = None, admin_token: str | None = None, environ: dict | None = None,
