@@ -129,6 +129,13 @@ class CellSpec:
     def mode_name(self) -> str:
         return (self.mode or {}).get("name") or "free"
 
+    @property
+    def label(self) -> str:
+        """How progress lines and logs name the cell: agent[/driver]/task[/mode]/seedN."""
+        driver = "" if self.driver.name == "none" else f"/{self.driver.name}"
+        mode = "" if self.mode is None else f"/{self.mode_name}"
+        return f"{self.agent.name}{driver}/{self.task_name}{mode}/seed{self.seed}"
+
     def to_dict(self) -> dict:
         """Plain JSON (the ledger's spec, a Tune trial's config), the task as its config was written."""
         return {"agent": dataclasses.asdict(self.agent), "driver": dataclasses.asdict(self.driver),

@@ -20,12 +20,6 @@ def cell_of(trial) -> CellSpec:
     return CellSpec.from_dict(trial.config["cell"])
 
 
-def label(cell: CellSpec) -> str:
-    driver = "" if cell.driver.name == "none" else f"/{cell.driver.name}"
-    mode = "" if cell.mode is None else f"/{cell.mode_name}"
-    return f"{cell.agent.name}{driver}/{cell.task_name}{mode}/seed{cell.seed}"
-
-
 def trial_error_text(trial) -> str:
     path = getattr(trial, "error_file", None)
     if path and Path(path).exists():
@@ -52,7 +46,7 @@ class LedgerCallback(tune.Callback):
         cell_id, attempt = report.cell_id, report.attempt
         if report.started_at is not None:
             self.ledger.mark_running(cell_id, attempt, float(report.started_at))
-            self.progress(f"started {label(cell_of(trial))} (attempt {attempt})")
+            self.progress(f"started {cell_of(trial).label} (attempt {attempt})")
         if report.events:
             self.ledger.add_events(cell_id, attempt, report.events)
         if report.n_submissions is not None:
@@ -62,13 +56,13 @@ class LedgerCallback(tune.Callback):
                 p = e["payload"]
                 score = "error" if p.get("score") is None else f"{p['score']:.3f}"
                 flags = f" [{', '.join(p['flags'])}]" if p.get("flags") else ""
-                self.progress(f"{label(cell_of(trial))} submission {p['submission_id']}: score {score}{flags}")
+                self.progress(f"{cell_of(trial).label} submission {p['submission_id']}: score {score}{flags}")
         outcome = report.outcome
         if outcome is not None:
             self.ledger.finish(cell_id, outcome.status, outcome.ended_at, outcome.error, outcome.limit_hit,
                                outcome.details)
             limit = f" ({outcome.limit_hit})" if outcome.limit_hit else ""
-            self.progress(f"finished {label(cell_of(trial))}: {outcome.status}{limit}")
+            self.progress(f"finished {cell_of(trial).label}: {outcome.status}{limit}")
             self.write_report(cell_id)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
@@ -78,13 +72,13 @@ class LedgerCallback(tune.Callback):
         error = trial_error_text(trial)
         self.ledger.add_events(cell.cell_id, attempt, [status_event(cell.cell_id, attempt, time.time() - (
             row.get("started_at") or time.time()), "retrying", error=error)])
-        self.progress(f"infra error in {label(cell)}, retrying: {error[:200]}")
+        self.progress(f"infra error in {cell.label}, retrying: {error[:200]}")
 
     def on_trial_error(self, iteration, trials, trial, **info):
         cell = cell_of(trial)
         error = trial_error_text(trial)
         self.ledger.finish(cell.cell_id, INFRA_ERROR, time.time(), error=error)
-        self.progress(f"finished {label(cell)}: infra_error: {error[:300]}")
+        self.progress(f"finished {cell.label}: infra_error: {error[:300]}")
         self.write_report(cell.cell_id)
 
     def on_step_end(self, iteration, trials, **info):
@@ -138,7 +132,7 @@ class WandbCallback(tune.Callback):
             self.root.mkdir(parents=True, exist_ok=True)
             self.runs[cell.cell_id] = wandb.init(
                 project=self.project, entity=self.entity, mode=self.mode, dir=str(self.root),
-                group=cell.sweep or None, name=f"{label(cell)}-{cell.cell_id[:6]}",
+                group=cell.sweep or None, name=f"{cell.label}-{cell.cell_id[:6]}",
                 id=f"{cell.cell_id}-{int(time.time())}",
                 tags=[f"agent:{cell.agent.name}", f"driver:{cell.driver.name}", f"task:{cell.task_name}",
                       f"mode:{cell.mode_name}", f"seed:{cell.seed}"],

@@ -327,12 +327,11 @@ def check_reservations(cfg, to_run: list[CellSpec], tasks: list[TaskSpec], emula
     """Refuse, before anything is deployed, a cell or service reservation that no node of the cluster can hold."""
     import ray
 
-    from orchestrator.callbacks import label
 
     nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
     services = service_reservations(tasks, EMULATED_GPU if emulated else "GPU",
                                     float(cfg.driver_proxy.num_cpus) if with_proxy else 0.0)
-    cells = [(label(c), resources_of(c, emulated)) for c in to_run]
+    cells = [(c.label, resources_of(c, emulated)) for c in to_run]
     for problem in check_fits(cells, services, nodes, can_grow=bool(cfg.cluster.get("can_grow", False))):
         print(f"[a2rl] waiting for the cluster to grow: {problem}", file=out)
 

@@ -194,7 +194,6 @@ def recover_lost_round(ledger: Ledger, cells: list[CellSpec], max_retries: int, 
     """After Tune's controller died: no cell stays `running`. A cell whose attempt was cut off runs again while it has
     retries left (else it ends infra_error naming the cause); cells not started yet stay pending. Returns the cells
     to run in a new round."""
-    from orchestrator.callbacks import label
     from orchestrator.ledger import INFRA_ERROR
     from orchestrator.records import status_event
 
@@ -210,12 +209,12 @@ def recover_lost_round(ledger: Ledger, cells: list[CellSpec], max_retries: int, 
             attempt = max(1, row["attempts"])
             if attempt > max_retries:
                 ledger.finish(cell.cell_id, INFRA_ERROR, time.time(), error=cause)
-                print(f"[a2rl] finished {label(cell)}: infra_error: {cause}", file=out)
+                print(f"[a2rl] finished {cell.label}: infra_error: {cause}", file=out)
                 continue
             ledger.add_events(cell.cell_id, attempt, [status_event(cell.cell_id, attempt, time.time() - (
                 row.get("started_at") or time.time()), "retrying", error=cause)])
             ledger.set_pending([cell.cell_id])
-            print(f"[a2rl] infra error in {label(cell)}, retrying: {cause[:200]}", file=out)
+            print(f"[a2rl] infra error in {cell.label}, retrying: {cause[:200]}", file=out)
         again.append(cell)
     return again
 
@@ -245,7 +244,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
     from ray import tune
     from ray.tune import TuneError
 
-    from orchestrator.callbacks import LedgerCallback, WandbCallback, label, wandb_mode
+    from orchestrator.callbacks import LedgerCallback, WandbCallback, wandb_mode
     from orchestrator.cell import run_cell
     from orchestrator.services import sweep_services
 
@@ -293,7 +292,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
                                  "layout": layout.to_dict(), "opts": opts.to_dict()},
                     tune_config=tune.TuneConfig(
                         max_concurrent_trials=cfg.cluster.max_concurrent_cells or None, reuse_actors=False,
-                        trial_name_creator=lambda t: label(CellSpec.from_dict(t.config["cell"])),
+                        trial_name_creator=lambda t: CellSpec.from_dict(t.config["cell"]).label,
                         trial_dirname_creator=lambda t: CellSpec.from_dict(t.config["cell"]).cell_id),
                     run_config=tune.RunConfig(
                         name=f"{cfg.sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}" + (f"-{round_}" if round_ else ""),
