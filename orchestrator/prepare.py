@@ -23,6 +23,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from contracts import registry
 from contracts.specs import to_plain
+from orchestrator.artefacts import sweep_artefacts
+from orchestrator.preflight import check_tasks
+from orchestrator.sweep import check_cluster, expand
 
 FETCHED, THERE, FAILED = "fetched", "already there", "failed"
 AGAIN = ("run the same command again once that is fixed: what finished is kept and a cut download resumes")
@@ -41,10 +44,6 @@ class Row:
 
 def prepare_here(cfg: DictConfig, out=sys.stdout) -> list[Row]:
     """Fetch what this machine lacks for the sweep; one row per artefact."""
-    from orchestrator.artefacts import sweep_artefacts
-    from orchestrator.preflight import check_tasks
-    from orchestrator.sweep import check_cluster, expand
-
     registry.search(*(cfg.get("imports") or []))
     check_cluster(cfg)
     cells = expand(cfg)
