@@ -45,8 +45,10 @@ def original_launch(adapter: CliAdapter, ctx: Context, exe: Path, original_dir: 
 def record(adapter: CliAdapter, original_dir: Path | None, launch: Launch) -> dict:
     """What the cell's outcome says of its agent side: what ran, what of the original's launch does not hold here."""
     if adapter.original is None or original_dir is None:
-        return {"agent_side": "paper", "launch": "a2rl",
-                "why": f"the original's {adapter.name} start.sh runs a pipeline that is not in the release"}
+        return {"agent_side": "paper", "launch": "a2rl", "not_held": [
+            f"the original's {adapter.name} start.sh runs a pipeline that is not in the release: the cell runs "
+            "a2rl's launch and prompt (instructions.md after description.md) with the original's workspace, "
+            "environment and grading API"]}
     prefix = str(adapter.original).upper()
     named = {*config_env(original_dir, adapter), f"{prefix}_BIN", f"{prefix}_MODEL"}
     return {"agent_side": "paper", "launch": f"rdagent 1.0.0 agents/{adapter.original}/start.sh",
