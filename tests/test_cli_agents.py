@@ -534,3 +534,18 @@ def test_cli_agents_are_crossed_only_with_drivers_speaking_their_protocol():
         expand(compose(["sweep=demo", "agent=claude_code", "driver=gpt"]))
     with pytest.raises(ConfigError, match="adapter='nope' is not a CLI adapter"):
         expand(compose(["sweep=demo", "agent=claude_code", "agent.adapter=nope", "driver=gpt"]))
+
+
+def test_a_cli_that_printed_nothing_parseable_leaves_an_empty_trace_that_says_why(tmp_path):
+    """A CLI killed before its first JSON line (or printing only plain text): trace.jsonl is there, empty, and the
+    outcome's `trace` says why, with what it did print."""
+    from agents.cli.session import AgentSession
+
+    [cell] = expand(compose(["sweep=demo", "sweep.seeds=[0]", "sweep.agents=[codex]", "sweep.drivers=[gpt]"]))
+    session = AgentSession(cell, get_adapter("codex"))
+    stdout, trace_path = tmp_path / "agent.stdout", tmp_path / "trace.jsonl"
+    stdout.write_text("Reading prompt from stdin...\n")
+    assert session.pump(stdout, trace_path) == 0 and not trace_path.exists()  # while it runs: nothing yet
+    assert session.pump(stdout, trace_path, final=True) == 0
+    assert trace_path.read_bytes() == b""
+    assert session.summary()["trace"] == "empty: the CLI printed nothing its trace parser reads (29 bytes on stdout)"
