@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TEXT_LIMIT = 2000
-COMMON_ARGS = ("preamble", "extra_args")  # the agent.args every CLI takes (build_prompt, extra_args)
+# the agent.args every CLI takes (build_prompt, extra_args, output_limit: held at the driver proxy for every CLI)
+COMMON_ARGS = ("preamble", "extra_args", "output_limit")
 OUTPUT_SHARE = 4   # a reply may take a quarter of a known context window
 
 PREAMBLE = ("You are an autonomous agent working alone in the folder {workspace} (your current directory). "

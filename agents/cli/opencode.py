@@ -30,7 +30,7 @@ class OpenCode(CliAdapter):
     executable = "opencode"
     package = "opencode-ai"
     providers = tuple(PROVIDERS)
-    args = ("context_limit", "output_limit")
+    args = ("context_limit",)
 
     def launch(self, ctx: Context) -> Launch:
         pid, path, npm = PROVIDERS[ctx.provider]

@@ -70,21 +70,24 @@ class FakeRequest:
     raw: bytes = b""                    # the body as it arrived, byte for byte
 
     def user_texts(self) -> list[str]:
-        """Each text part of each user message, as sent (the CLI's prompt is one of them, whole)."""
-        if self.protocol == GEMINI:
-            return [p["text"] for c in self.body.get("contents") or [] if c.get("role", "user") == "user"
-                    for p in c.get("parts") or [] if isinstance(p.get("text"), str)]
-        key = "input" if self.protocol == OPENAI_RESPONSES else "messages"
-        items = self.body.get(key)
-        items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
-        out = []
-        for m in items:
-            if m.get("role") != "user":
-                continue
-            content = m.get("content")
-            parts = [{"text": content}] if isinstance(content, str) else content or []
-            out += [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
-        return out
+        return user_texts(self.protocol, self.body)
+
+
+def user_texts(protocol: str, body: dict) -> list[str]:
+    """Each text part of each user message of a request, as sent (a CLI's prompt is one of them, whole)."""
+    if protocol == GEMINI:
+        return [p["text"] for c in body.get("contents") or [] if c.get("role", "user") == "user"
+                for p in c.get("parts") or [] if isinstance(p.get("text"), str)]
+    items = body.get("input" if protocol == OPENAI_RESPONSES else "messages")
+    items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
+    out = []
+    for m in items:
+        if m.get("role") != "user":
+            continue
+        content = m.get("content")
+        parts = [{"text": content}] if isinstance(content, str) else content or []
+        out += [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return out
 
 
 Script = Callable[[FakeRequest], Reply]
