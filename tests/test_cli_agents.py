@@ -549,3 +549,22 @@ def test_a_cli_that_printed_nothing_parseable_leaves_an_empty_trace_that_says_wh
     assert session.pump(stdout, trace_path, final=True) == 0
     assert trace_path.read_bytes() == b""
     assert session.summary()["trace"] == "empty: the CLI printed nothing its trace parser reads (29 bytes on stdout)"
+
+
+def test_a_sweep_whose_local_model_would_be_counted_from_characters_says_so_once(tmp_path):
+    """Four cells on one local driver whose server has no /tokenize and whose tokenizer is not on this machine: one
+    warning, naming the driver and the fix, from the check run_sweep makes before any cell starts."""
+    from orchestrator.runner import check_counting
+
+    server = FakeUpstream().start()   # OpenAI-compatible, without vLLM's /tokenize
+    try:
+        local = fake_driver("local-nocount", "openai-compatible", server, "m", tokenizer=str(tmp_path / "none"))
+        cells = expand(compose(["sweep=demo", "sweep.seeds=[0,1]", "sweep.agents=[codex,opencode]",
+                                drivers_override([local])]))
+        out = io.StringIO()
+        check_counting(cells, out)
+    finally:
+        server.stop()
+    assert len(cells) == 4
+    [line] = out.getvalue().splitlines()
+    assert line.startswith("[a2rl] WARNING: driver local-nocount: driver.tokenizer=") and "Fix: " in line, line
