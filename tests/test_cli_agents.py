@@ -251,8 +251,9 @@ def test_the_model_receives_the_built_prompt_byte_for_byte(main_run, agent, driv
     mine = [r for r in main_run.fake.requests if str(workspace) in r.raw.decode()]
     assert mine and all(json.loads(r.raw) == r.body for r in mine)
     assert any(prompt in r.user_texts() for r in mine), [t[:200] for r in mine for t in r.user_texts()]
-    if agent == "opencode":  # given on its standard input, kept beside its stdout
+    if agent == "opencode":  # given on its standard input, kept beside its stdout; its title agent off
         assert (adir / "agent.stdin").read_bytes() == prompt.encode()
+        assert not any(t.startswith("Generate a title") for r in mine for t in r.user_texts()), len(mine)
 
 
 def test_a_local_models_window_caps_every_request_at_the_wire(main_run):
