@@ -681,6 +681,7 @@ CAP_CASES = [  # (protocol, what the CLI asked in its body, the field the upstre
     ("openai_responses", {}, "max_output_tokens", None, 100),
     ("openai_responses", {"max_output_tokens": 50}, "max_output_tokens", 50, 50),
     ("gemini", {}, "generationConfig.maxOutputTokens", None, 100),
+    ("gemini", {"generation_config": {"temperature": 0}}, "generation_config.max_output_tokens", None, 100),
 ]
 
 

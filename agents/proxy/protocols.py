@@ -148,11 +148,12 @@ def cap_output(protocol: str, body: dict, cap: int | None) -> dict | None:
             if not isinstance(asked, int) or asked > cap:
                 holder[key] = cap
                 changed[name] = [asked, cap]
-    if not found:
-        parent, _, key = OUTPUT_FIELDS[protocol][0].rpartition(".")
-        holder = body.setdefault(parent, {}) if parent else body
-        holder[key] = cap
-        changed[OUTPUT_FIELDS[protocol][0]] = [None, cap]
+    if not found:  # into the settings object the request already has (Gemini's is camelCase or snake_case)
+        name = next((n for n in OUTPUT_FIELDS[protocol] if isinstance(body.get(n.rpartition(".")[0]), dict)),
+                    OUTPUT_FIELDS[protocol][0])
+        parent, _, key = name.rpartition(".")
+        (body.setdefault(parent, {}) if parent else body)[key] = cap
+        changed[name] = [None, cap]
     return changed or None
 
 
