@@ -276,7 +276,7 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
                                  sandboxed=opts.sandboxed, hidden=hidden, readonly=readonly, settings=settings,
                                  cell_id=cell.cell_id, forward=forward,
                                  memory_bytes=settings.memory_bytes(cell.budget), network_log=attempt.dir / NETWORK,
-                                 home=opened.home)
+                                 home=opened.home, stdin=session.stdin if session is not None else None)
         process = spawn(argv, env)
     except BaseException:
         if session is not None:

@@ -142,6 +142,18 @@ def start_ray(cluster: DictConfig) -> None:
         ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level=logging.WARNING)
 
 
+def check_counting(cells: list[CellSpec], out) -> None:
+    """One warning per driver whose cut streams would be counted from characters (agents/proxy/estimate.py), before
+    any cell starts: the sweep runs, and its records say how each such call was counted."""
+    from agents.cli.session import driver_config
+    from agents.proxy.estimate import counting_problem
+
+    drivers = {c.driver.name: driver_config(c) for c in cells if c.driver.provider != "none"}
+    for driver in drivers.values():
+        if problem := counting_problem(driver):
+            print(f"[a2rl] WARNING: {problem}", file=out)
+
+
 def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
     registry.search(*(cfg.get("imports") or []))  # the user's own task classes and agent kinds
     check_cluster(cfg)
@@ -179,6 +191,7 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
           file=out)
     if plan.to_run:
         check_artefacts(plan.to_run, layout.cache_dir, emulated, bool(cfg.get("allow_fetch_in_cells")), out)
+        check_counting(plan.to_run, out)
         ledger.set_pending([c.cell_id for c in plan.to_run])
         run_trials(cfg, layout, ledger, plan, sandboxed, emulated, out)
     from orchestrator.summary import print_a2rl_bugs, print_summary

@@ -337,10 +337,11 @@ _ENTER_CGROUP = 'for f in $A2RL_CGROUP_PROCS; do echo $$ > "$f" || exit 125; don
 def start(argv: list[str], workspace: Path, env: dict, stdout: Path, stderr: Path, *, sandboxed: bool,
           hidden: list[Path] = (), readonly: list[Path] = (), settings: Settings = Settings(), cell_id: str = "0000",
           forward: list[tuple[str, int]] = (), memory_bytes: int | None = None,
-          network_log: Path | None = None, home: Path | None = None) -> AgentProcess:
+          network_log: Path | None = None, home: Path | None = None, stdin: Path | None = None) -> AgentProcess:
     """Start the agent. forward: the (host, port) addresses it may reach in the isolated network mode; network_log:
     where the isolated mode's HTTP proxy records each request, allowed or refused (orchestrator/netrelay.py); home:
-    a folder outside the workspace the agent may also write (a paper cell's HOME), at the same path."""
+    a folder outside the workspace the agent may also write (a paper cell's HOME), at the same path; stdin: a file
+    the agent reads on its standard input (opened here: the sandbox need not show it), else /dev/null."""
     env = dict(env)
     relay = state = cgroup = None
     if sandboxed:
@@ -385,8 +386,8 @@ def start(argv: list[str], workspace: Path, env: dict, stdout: Path, stderr: Pat
         if cgroup is not None:
             argv = ["/bin/sh", "-c", _ENTER_CGROUP, "a2rl-enter-cgroup", *argv]
             env["A2RL_CGROUP_PROCS"] = " ".join(str(f) for f in cgroup.procs_files)
-    with open(stdout, "ab") as out, open(stderr, "ab") as err:
-        popen = subprocess.Popen(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+    with open(stdout, "ab") as out, open(stderr, "ab") as err, open(stdin or os.devnull, "rb") as given:
+        popen = subprocess.Popen(argv, cwd=workspace, env=env, stdin=given, stdout=out, stderr=err,
                                  start_new_session=True, close_fds=True)
     watch = ResourceWatch(workspace, popen.pid, memory_bytes, settings.max_processes,
                           int(settings.disk_gb * GIB) if settings.disk_gb else None, cgroup) if sandboxed else None

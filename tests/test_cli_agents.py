@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from agents.cli import get_adapter
+from agents.cli.base import build_prompt
 from agents.cli.session import CliUnavailable, find_cli
 from agents.proxy.usage import Usage
 from contracts.records import DRIVER_CALLS
@@ -238,18 +239,39 @@ def test_tokens_and_cost_metered_exactly_as_the_upstream_reported(main_run, agen
         assert c["model"] == MODELS[driver]  # whatever the CLI asked for, the configured model answered
 
 
-def test_a_local_models_window_sets_the_clis_limits(main_run):
-    """The fake-vllm server lists its model with max_model_len (as vLLM does): OpenCode's replies are capped at a
-    quarter of it (its calls all pass: they completed above), and Codex is told the window."""
-    asked = [r.body.get("max_tokens") for r in main_run.fake.requests if r.model == MODELS["fake-vllm"]
-             and r.protocol == "openai_chat"]
-    assert asked and all(n is not None and n <= LOCAL_WINDOW // 4 for n in asked), asked
-    assert max(asked) == LOCAL_WINDOW // 4, asked
-    row, _ = main_run.of("codex", "fake-vllm")
-    workspace = Path(json.loads((attempt_dir(main_run, row) / "outcome.json").read_text())["workspace"])
-    config = (workspace / ".home" / ".codex" / "config.toml").read_text()
-    assert f"model_context_window = {LOCAL_WINDOW}" in config and f"model_max_output_tokens = {LOCAL_WINDOW // 4}" \
-        in config
+@pytest.mark.parametrize("agent, driver", MAIN_CELLS)
+def test_the_model_receives_the_built_prompt_byte_for_byte(main_run, agent, driver):
+    """The user message the upstream received (its body as it arrived, decoded, nothing repaired) holds the prompt
+    a2rl built, whole and unchanged: its preamble names the cell's own workspace, so no other cell's call matches."""
+    row, _ = main_run.of(agent, driver)
+    adir = attempt_dir(main_run, row)
+    workspace = Path(json.loads((adir / "outcome.json").read_text())["workspace"])
+    prompt = build_prompt(workspace, {})
+    assert prompt.count('"') > 10  # the instructions' examples: what a CLI that quotes its argument would escape
+    mine = [r for r in main_run.fake.requests if str(workspace) in r.raw.decode()]
+    assert mine and all(json.loads(r.raw) == r.body for r in mine)
+    assert any(prompt in r.user_texts() for r in mine), [t[:200] for r in mine for t in r.user_texts()]
+    if agent == "opencode":  # given on its standard input, kept beside its stdout; its title agent off
+        assert (adir / "agent.stdin").read_bytes() == prompt.encode()
+        assert not any(t.startswith("Generate a title") for r in mine for t in r.user_texts()), len(mine)
+
+
+def test_a_local_models_window_caps_every_request_at_the_wire(main_run):
+    """The fake-vllm server lists its model with max_model_len (as vLLM does): every request of that model the
+    upstream received asks for at most a quarter of it. OpenCode asks for that itself; Codex 0.169 ignores its
+    model_max_output_tokens and sends no cap, so the proxy writes one in and records that it did."""
+    local = [r for r in main_run.fake.requests if r.model == MODELS["fake-vllm"]]
+    fields = {"openai_chat": ("max_completion_tokens", "max_tokens"), "openai_responses": ("max_output_tokens",)}
+    asked = [[r.body.get(f) for f in fields[r.protocol] if f in r.body] for r in local]
+    assert local and all(a and all(n <= LOCAL_WINDOW // 4 for n in a) for a in asked), asked
+    for agent in ("codex", "opencode"):
+        row, events = main_run.of(agent, "fake-vllm")
+        calls = driver_calls(events)
+        capped = [c["capped"] for c in calls if c["capped"]]
+        if agent == "codex":  # every call: the CLI sent none
+            assert capped == [{"max_output_tokens": [None, LOCAL_WINDOW // 4]}] * len(calls), calls
+        else:  # OpenCode's own max_tokens is the same limit: nothing to change
+            assert capped == [], calls
 
 
 def test_driver_usage_goes_to_each_cells_wandb_run(main_run):
@@ -513,3 +535,37 @@ def test_cli_agents_are_crossed_only_with_drivers_speaking_their_protocol():
         expand(compose(["sweep=demo", "agent=claude_code", "driver=gpt"]))
     with pytest.raises(ConfigError, match="adapter='nope' is not a CLI adapter"):
         expand(compose(["sweep=demo", "agent=claude_code", "agent.adapter=nope", "driver=gpt"]))
+
+
+def test_a_cli_that_printed_nothing_parseable_leaves_an_empty_trace_that_says_why(tmp_path):
+    """A CLI killed before its first JSON line (or printing only plain text): trace.jsonl is there, empty, and the
+    outcome's `trace` says why, with what it did print."""
+    from agents.cli.session import AgentSession
+
+    [cell] = expand(compose(["sweep=demo", "sweep.seeds=[0]", "sweep.agents=[codex]", "sweep.drivers=[gpt]"]))
+    session = AgentSession(cell, get_adapter("codex"))
+    stdout, trace_path = tmp_path / "agent.stdout", tmp_path / "trace.jsonl"
+    stdout.write_text("Reading prompt from stdin...\n")
+    assert session.pump(stdout, trace_path) == 0 and not trace_path.exists()  # while it runs: nothing yet
+    assert session.pump(stdout, trace_path, final=True) == 0
+    assert trace_path.read_bytes() == b""
+    assert session.summary()["trace"] == "empty: the CLI printed nothing its trace parser reads (29 bytes on stdout)"
+
+
+def test_a_sweep_whose_local_model_would_be_counted_from_characters_says_so_once(tmp_path):
+    """Four cells on one local driver whose server has no /tokenize and whose tokenizer is not on this machine: one
+    warning, naming the driver and the fix, from the check run_sweep makes before any cell starts."""
+    from orchestrator.runner import check_counting
+
+    server = FakeUpstream().start()   # OpenAI-compatible, without vLLM's /tokenize
+    try:
+        local = fake_driver("local-nocount", "openai-compatible", server, "m", tokenizer=str(tmp_path / "none"))
+        cells = expand(compose(["sweep=demo", "sweep.seeds=[0,1]", "sweep.agents=[codex,opencode]",
+                                drivers_override([local])]))
+        out = io.StringIO()
+        check_counting(cells, out)
+    finally:
+        server.stop()
+    assert len(cells) == 4
+    [line] = out.getvalue().splitlines()
+    assert line.startswith("[a2rl] WARNING: driver local-nocount: driver.tokenizer=") and "Fix: " in line, line

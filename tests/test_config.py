@@ -114,7 +114,8 @@ def test_a_config_that_extends_itself_is_refused(tmp_path, monkeypatch):
     (["agent=sft", "+agent.args.step_per_round=3"],
      "agent.args: unknown key(s) ['step_per_round']; known keys are ['activation_checkpointing', 'batch_size',"),
     (["agent=codex", "+agent.args.reasoning_efort=low"],
-     "unknown key(s) ['reasoning_efort']; known keys are ['extra_args', 'preamble', 'reasoning_effort']"),
+     "unknown key(s) ['reasoning_efort']; known keys are ['extra_args', 'output_limit', 'preamble',"
+     " 'reasoning_effort']"),
 ])
 def test_config_errors_name_key_and_value(overrides, message):
     with pytest.raises(ConfigError) as e:

@@ -408,7 +408,7 @@ def test_driver_configs(tmp_path):
     local = yaml.safe_load((ROOT / "conf" / "driver" / "local-vllm.yaml").read_text())
     assert local["provider"] == "openai-compatible" and local["api_key_env"] is None
     assert local["base_url"] == "http://127.0.0.1:8000/v1"
-    assert local["context_window"] is None and local["tokenizer"] == local["model"]   # asked from the server
+    assert local["context_window"] is None and local["tokenizer"] is None   # both asked from the server
     with pytest.raises(ValueError, match="ANTHROPIC_API_KEY"):   # the key is needed where the proxy runs
         ProxyState(environ={}).register_cell("x", yaml.safe_load((ROOT / "conf/driver/claude-sonnet.yaml")
                                                                  .read_text()), {}, str(tmp_path / "x"))
@@ -669,3 +669,124 @@ def test_a_stream_the_deadline_cuts_is_in_the_cells_final_usage(serve_proxy, tmp
         assert line["error"] == "client disconnected"
     finally:
         fake.stop()
+
+
+# -- the output cap, at the wire ------------------------------------------------------------------------------------
+
+CAP_CASES = [  # (protocol, what the CLI asked in its body, the field the upstream reads, what it asked, sent)
+    ("anthropic", {"max_tokens": 64}, "max_tokens", 64, 64),
+    ("anthropic", {"max_tokens": 32000}, "max_tokens", 32000, 100),
+    ("openai_chat", {}, "max_completion_tokens", None, 100),
+    ("openai_chat", {"max_tokens": 4000}, "max_tokens", 4000, 100),
+    ("openai_responses", {}, "max_output_tokens", None, 100),
+    ("openai_responses", {"max_output_tokens": 50}, "max_output_tokens", 50, 50),
+    ("gemini", {}, "generationConfig.maxOutputTokens", None, 100),
+    ("gemini", {"generation_config": {"temperature": 0}}, "generation_config.max_output_tokens", None, 100),
+]
+
+
+@pytest.mark.parametrize("protocol,asked,field,was,sent", CAP_CASES)
+def test_the_cells_output_cap_reaches_the_upstreams_request(proxy, fake, tmp_path, protocol, asked, field, was,
+                                                            sent):
+    """A cell capped at 100 output tokens: a request asking for none or more reaches the upstream asking for 100,
+    and its record says what was changed; one asking for less goes as it was (capped: None)."""
+    state, url = proxy
+    rec = tmp_path / "calls.jsonl"
+    key = state.register_cell("capped", driver(PROVIDER[protocol], fake), {"max_output_tokens": 100}, str(rec))
+    headers = {"anthropic": {"x-api-key": key}, "gemini": {"x-goog-api-key": key}}.get(
+        protocol, {"authorization": f"Bearer {key}"})
+    path, body = {"anthropic": ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}]}),
+                  "openai_chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+                  "openai_responses": ("/v1/responses", {"input": "hi"}),
+                  "gemini": ("/v1beta/models/g:generateContent", {"contents": [{"parts": [{"text": "hi"}]}]})}[protocol]
+    r = httpx.post(url + path, json={"model": "m", **body, **asked}, headers=headers, timeout=30, trust_env=False)
+    assert r.status_code == 200, r.text
+    [received] = fake.requests
+    parent, _, name = field.rpartition(".")
+    assert (received.body.get(parent) if parent else received.body)[name] == sent
+    [line] = records(rec)
+    assert line["capped"] == (None if was == sent else {field: [was, sent]})
+
+
+def test_a_count_of_the_prompt_is_not_capped(proxy, fake, tmp_path):
+    """Anthropic's count endpoint refuses a max_tokens field: the cap is for calls that generate."""
+    state, url = proxy
+    key = state.register_cell("count", driver("anthropic", fake), {"max_output_tokens": 100}, str(tmp_path / "c"))
+    r = httpx.post(url + "/v1/messages/count_tokens", json={"model": "m", "messages": [{"role": "user",
+                                                                                         "content": "hi"}]},
+                   headers={"x-api-key": key}, timeout=30, trust_env=False)
+    assert r.status_code == 200 and r.json() == {"input_tokens": 1234}
+
+
+# -- counting with the served model's tokenizer ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("protocol", ["openai_chat", "openai_responses"])
+def test_a_cut_stream_of_an_openai_compatible_server_is_counted_by_its_own_tokenize(proxy, tmp_path, protocol):
+    """A vLLM-like server offers POST /tokenize: a stream cut before its usage is counted by it, the prompt as the
+    served chat template renders it (a Responses request as its chat messages; the tools it offers are the
+    template's to drop), the generated text as the served tokenizer splits it. driver.tokenizer is not consulted."""
+    state, url = proxy
+    fake = FakeUpstream(usage=USAGE, chunks=4, stall_after={"openai_chat": 3, "openai_responses": 5}[protocol],
+                        served_model="configured-model", max_model_len=4096).start()
+    tool = {"type": "function", "name": "shell", "description": "Run a shell command " * 20,
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}
+    try:
+        rec = tmp_path / "calls.jsonl"
+        key = state.register_cell("vllm", dict(driver("openai-compatible", fake), api_key_env=None,
+                                               tokenizer=str(tmp_path / "no-such-tokenizer")), {}, str(rec))
+        if protocol == "openai_chat":
+            path, body = "/v1/chat/completions", {"messages": [{"role": "system", "content": "Be brief."},
+                                                                {"role": "user", "content": "hello"}],
+                                                   "tools": [{"type": "function", "function": {
+                                                       k: tool[k] for k in ("name", "description", "parameters")}}]}
+        else:
+            path, body = "/v1/responses", {"instructions": "Be brief.", "input": [
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}],
+                "tools": [tool]}
+        with httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
+            with client.stream("POST", path, json={"model": "m", "stream": True, **body},
+                               headers={"authorization": f"Bearer {key}"}) as r:
+                seen = b""
+                for chunk in r.iter_raw():
+                    seen += chunk
+                    if seen.count(b"\n\n") >= fake.stall_after:
+                        break
+        [line] = wait_recorded(state, key, rec)
+        streamed = "".join(REPLY_PIECES[:{"openai_chat": 2, "openai_responses": 1}[protocol]])
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]
+        served = httpx.post(fake.url + "/tokenize", json={"model": "configured-model", "messages": messages},
+                            trust_env=False).json()["count"]
+        assert (line["input_tokens"], line["output_tokens"]) == (served, len(streamed.encode()))
+        assert line["estimated"] == dict.fromkeys(("input_tokens", "output_tokens"), "the server's /tokenize")
+        # what the proxy asked: the chat messages, with the tools for the template to keep or drop
+        asked = [p for p in fake.tokenize_calls if "messages" in p]
+        assert asked[0]["messages"] == messages and asked[0]["tools"][0]["function"]["name"] == "shell"
+        assert line["input_tokens"] < len(json.dumps(tool)) / 4   # the dropped schema is not counted
+    finally:
+        fake.stop()
+
+
+def test_a_driver_whose_tokens_would_be_counted_from_characters_is_named_with_its_fix(tmp_path):
+    """What a sweep warns once before it starts: a served model whose server has /tokenize is fine; a server without
+    it and no loadable driver.tokenizer is not, nor a driver.tokenizer that is not in local files."""
+    from agents.proxy.estimate import counting_problem
+
+    vllm = FakeUpstream(served_model="m", max_model_len=2048).start()
+    other = FakeUpstream().start()   # an OpenAI-compatible server with no /tokenize
+    try:
+        local = {"name": "local", "provider": "openai-compatible", "model": "m", "base_url": vllm.url + "/v1"}
+        assert counting_problem(local) is None
+        assert counting_problem({**local, "tokenizer": small_tokenizer(tmp_path / "tok"),
+                                 "base_url": other.url + "/v1"}) is None
+        missing = str(tmp_path / "missing")
+        problem = counting_problem({**local, "base_url": other.url + "/v1", "tokenizer": missing})
+        assert problem.startswith(
+            f"driver local: driver.tokenizer={missing!r} cannot be loaded from this machine's local files and its "
+            f"server answers no POST {other.url}/tokenize (vLLM's), so a stream cut before its usage would be counted "
+            "as 4 characters a token. Fix: "), problem
+        paid = {"name": "paid", "provider": "anthropic", "model": "c", "base_url": other.url}
+        assert counting_problem(paid) is None
+        assert "driver.tokenizer='nope/nope'" in counting_problem({**paid, "tokenizer": "nope/nope"})
+    finally:
+        vllm.stop()
+        other.stop()

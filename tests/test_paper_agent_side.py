@@ -191,9 +191,9 @@ def plumbing(agent: str, tmp_path: Path) -> set[str]:
 def test_the_command_line_and_prompt_are_the_originals(cells, agent):
     cell = cells(agent)
     if not cell.original_launch:
-        assert agent in PIPELINES and cell.outcome.get("why"), cell.outcome  # said so, with the reason
+        assert agent in PIPELINES and cell.outcome.get("not_held"), cell.outcome  # said so, with the reason
         pytest.skip(f"{agent}: the original's start.sh runs a pipeline not in the release; a2rl launches its own "
-                    f"CLI ({cell.outcome['why']})")
+                    f"CLI ({cell.outcome['not_held'][0]})")
     expected = cell.expected[VARIANT]["record"]
     want, got = flags(expected["argv"]), flags(cell.actual["argv"])
     declared = cell.declared()

@@ -2,13 +2,15 @@
 npm as tests/test_cli_agents.py installs them, each on alfworld_small and webshop_small graded by the paper's protocol
 (small sizes, generated games and store), driven by a scripted upstream on loopback in place of the paid API.
 
-The scripted model reads the submit command out of what the CLI sent it (the prompt the original's start.sh built;
-OpenCode's paper cell is launched by a2rl with the original's instructions.md, whose own example spans lines) and asks
-the CLI to run it: first exactly as the prompt gives it, then with the prompt's escaped quotes read as quotes (as
-written, the mission list's body `{\\"model_path\\": ...}` is not JSON and the original's server answers it 400:
-tests/fixtures/parity/agent_side/*.json). The submission is a copy of the base model, made the way an agent makes
-one: `cp -r "$MODEL_PATH/." "$OUTPUT_DIR/v1"`. Each cell must reach its grader through its relay, with no token, and
-score; the answers are kept in the workspace's code/ for the assertions.
+The scripted model reads the submit commands out of what the CLI sent it, as sent, and asks the CLI to run them:
+the mission list's one line, where the original's start.sh built the prompt (as written, its body
+`{\\"model_path\\": ...}` is not JSON and the original's server answers it 400:
+tests/fixtures/parity/agent_side/*.json), then instructions.md's own example, which every paper prompt holds. Nothing
+is unescaped: a CLI that mangles its prompt fails here as a real model would fail to submit. The submission is a
+copy of the base model, made the way an agent makes one: `cp -r "$MODEL_PATH/." "$OUTPUT_DIR/v1"`. Each cell must
+reach its grader through its relay, with no token, and score; the answers are kept in the workspace's code/ for the
+assertions. The model's user message is checked against the prompt: a2rl's, whole, where a2rl launched the CLI; the
+original's start.sh prompt holding instructions.md unchanged, where that script did.
 
 The cells are slow (two interactive tasks built and graded, twelve CLI cells): `.venv/bin/python -m pytest -m slow
 tests/test_paper_real_clis.py`. OpenHands (a Python program, `-m python_agents`) is left out here.
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.cli.base import build_prompt
 from tests.support.fake_upstream import SHELL_TOOLS, FakeRequest, Reply, ToolCall, FakeUpstream
 from tests.test_cli_agents import (  # noqa: F401  (cli_bin and sweep_runner are fixtures this module uses)
     REAL_KEY,
@@ -58,35 +61,30 @@ def texts(value) -> list[str]:
     return []
 
 
-def submit_command(body: dict) -> str | None:
-    """The prompt's one-line submit command, else the instructions' first multi-line example joined."""
+def submit_commands(body: dict) -> tuple[str | None, str | None]:
+    """(the prompt's one-line mission command, instructions.md's first example joined into one line), as given."""
     lines = [line for text in texts(body) for line in text.splitlines()]
     one = [line.strip() for line in lines if ONE_LINE.match(line)]
-    if one:
-        return one[-1]
-    # OpenCode's `run` hands the model its message quoted, every `"` as `\"`: read the example back unquoted
-    lines = [line.replace('\\"', '"') for line in lines]
     for i, line in enumerate(lines):
         if SPANNING.match(line):
             block = [line.strip()]
             while block[-1].endswith("\\") and i + len(block) < len(lines):
                 block.append(lines[i + len(block)].strip())
-            return " ".join(part.rstrip("\\").strip() for part in block)
-    return None
+            return (one[-1] if one else None), " ".join(part.rstrip("\\").strip() for part in block)
+    return (one[-1] if one else None), None
 
 
 def run_the_prompts_curl(req: FakeRequest) -> Reply:
-    """The scripted model: one shell command (copy the base model, the curl line as given, then unescaped), done."""
+    """The scripted model: one shell command (copy the base model, the mission line as given, the example), done."""
     if req.tool_results:
         return Reply(text="Submitted the model. Done.")
     name = next((n for n in SHELL_TOOLS if n in req.tools), None)
-    line = submit_command(req.body)
-    if name is None or line is None:
-        return Reply(text="No shell tool or no submit command in the prompt.")
-    unescaped = line.replace('\\"', '"')
-    command = (f'mkdir -p "$OUTPUT_DIR" && cp -r "$MODEL_PATH/." "$OUTPUT_DIR/v1" && '
-               f"{{ {line} -s -w '\\n%{{http_code}}' > code/as_given.txt; }}; "
-               f"{unescaped} -s > code/submission.json && echo SUBMITTED")
+    mission, example = submit_commands(req.body)
+    if name is None or example is None:
+        return Reply(text="No shell tool or no submit example in the prompt.")
+    as_given = f"{{ {mission} -s -w '\\n%{{http_code}}' > code/as_given.txt; }}; " if mission else ""
+    command = (f'mkdir -p "$OUTPUT_DIR" && cp -r "$MODEL_PATH/." "$OUTPUT_DIR/v1" && {as_given}'
+               f"{example} -s > code/submission.json && echo SUBMITTED")
     props = (req.tools[name] or {}).get("properties") or {}
     param = next((p for p in ("command", "cmd") if p in props), "command")
     value = ["bash", "-lc", command] if (props.get(param) or {}).get("type") == "array" else command
@@ -121,7 +119,15 @@ def test_a_real_cli_submits_with_the_prompts_curl_line_and_scores(paper_runs, ta
     stderr = (adir / "agent.stderr").read_text(errors="replace")[-1500:]
     assert row["status"] == "completed", (row, stderr)
     assert outcome.get("agent_side") == "paper", outcome  # the original's workspace, environment and API
+    assert isinstance(outcome.get("not_held"), list), outcome  # what docs/agents.md promises for every paper cell
     workspace = Path(outcome["workspace"])
+    mine = [r for r in run.fake.requests if str(workspace) in r.raw.decode()]
+    if outcome["launch"] == "a2rl":  # a2rl's prompt, whole, as the model's user message
+        prompt = build_prompt(workspace, {}, paper=True)
+        assert any(prompt in r.user_texts() for r in mine), [t[:300] for r in mine for t in r.user_texts()]
+    else:  # the original's start.sh prompt: instructions.md inside it, unchanged
+        instructions = (workspace / "instructions.md").read_text().strip()
+        assert any(instructions in t for r in mine for t in r.user_texts()), outcome["launch"]
     answer = json.loads((workspace / "code" / "submission.json").read_text())
     assert isinstance(answer.get("score"), (int, float)) and answer["submission_id"] >= 1, answer  # graded
     assert answer["model_path"].endswith("/output/v1"), answer
@@ -138,14 +144,15 @@ def test_a_real_cli_submits_with_the_prompts_curl_line_and_scores(paper_runs, ta
 
 
 def test_the_scripted_model_finds_both_forms_of_the_submit_command():
-    """The mission list's one line (the original's start.sh) and instructions.md's spanning example (OpenCode)."""
+    """The mission list's one line (the original's start.sh) and instructions.md's spanning example, as given."""
     one = ("6. Submit:\n   curl -X POST http://127.0.0.1:9/submit -H 'Content-Type: application/json' "
            "-d '{\\\"model_path\\\": \\\"/w/output/v1\\\"}'\n")
-    assert submit_command({"messages": [{"content": [{"text": one}]}]}) == one.splitlines()[1].strip()
     spanning = ('```bash\ncurl -X POST "$GRADING_SERVER_URL/submit" \\\n    -H "Content-Type: application/json" \\\n'
                 "    -d '{\"model_path\": \"'$OUTPUT_DIR'/v1\"}'\n```\n")
-    got = submit_command({"system": spanning})
-    assert shlex.split(got)[:4] == ["curl", "-X", "POST", "$GRADING_SERVER_URL/submit"] and got.endswith("v1\"}'")
-    quoted = '"' + spanning.replace('"', '\\"') + '"'  # as OpenCode's `run` passes its message on
-    assert submit_command({"messages": [{"content": quoted}]}) == got
-    assert submit_command({"messages": []}) is None
+    mission, example = submit_commands({"messages": [{"content": [{"text": one + spanning}]}]})
+    assert mission == one.splitlines()[1].strip()
+    assert shlex.split(example)[:4] == ["curl", "-X", "POST", "$GRADING_SERVER_URL/submit"]
+    assert example.endswith("v1\"}'")
+    quoted = '"' + spanning.replace('"', '\\"') + '"'  # what OpenCode's `run` made of a message given as an argument
+    assert submit_commands({"messages": [{"content": quoted}]}) == (None, None)
+    assert submit_commands({"messages": []}) == (None, None)

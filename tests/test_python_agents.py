@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from agents.cli import get_adapter
-from agents.cli.base import PythonCli
+from agents.cli.base import PythonCli, build_prompt
 from agents.cli.session import CliUnavailable, find_cli
 from tests.conftest import ROOT
 from tests.support.fake_upstream import FakeUpstream, shell_script
@@ -169,6 +169,19 @@ def test_its_event_log_becomes_trace_events(main_run, agent, driver):
     # its own totals (from its conversation state) are the proxy's, call for call
     assert sum(u["input_tokens"] for u in usage) == sum(c["input_tokens"] for c in metered), (usage, metered)
     assert sum(u["output_tokens"] for u in usage) == sum(c["output_tokens"] for c in metered)
+
+
+@needs_install
+@pytest.mark.parametrize("agent, driver", MAIN_CELLS)
+def test_the_model_receives_the_built_prompt_byte_for_byte(main_run, agent, driver):
+    """As for the npm CLIs (tests/test_cli_agents.py): the prompt a2rl built is one user text part, whole, of a
+    request the upstream received, read from the body as it arrived."""
+    row, _ = main_run.of(agent, driver)
+    workspace = Path(json.loads((attempt_dir(main_run, row) / "outcome.json").read_text())["workspace"])
+    prompt = build_prompt(workspace, {})
+    mine = [r for r in main_run.fake.requests if str(workspace) in r.raw.decode()]
+    assert mine and all(json.loads(r.raw) == r.body for r in mine)
+    assert any(prompt in r.user_texts() for r in mine), [t[:200] for r in mine for t in r.user_texts()]
 
 
 @needs_install

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TEXT_LIMIT = 2000
-COMMON_ARGS = ("preamble", "extra_args")  # the agent.args every CLI takes (build_prompt, extra_args)
+# the agent.args every CLI takes (build_prompt, extra_args, output_limit: held at the driver proxy for every CLI)
+COMMON_ARGS = ("preamble", "extra_args", "output_limit")
 OUTPUT_SHARE = 4   # a reply may take a quarter of a known context window
 
 PREAMBLE = ("You are an autonomous agent working alone in the folder {workspace} (your current directory). "
@@ -67,17 +68,23 @@ class Context:
 
     @property
     def output_limit(self) -> int | None:
-        """The most tokens the CLI asks for in one reply: the agent's `output_limit`, at most a quarter of a known
-        window, so the prompt keeps the rest (a server refuses prompt + max_tokens beyond its window, and vLLM
-        max_tokens alone beyond it: a model served with 2,048 tokens refused every call of output_limit 16384)."""
-        limits = [self.args.get("output_limit"), self.context_window and self.context_window // OUTPUT_SHARE]
-        return min((int(x) for x in limits if x), default=None)
+        return output_limit(self.args, self.context_window)
+
+
+def output_limit(args: dict, context_window: int | None) -> int | None:
+    """The most tokens a CLI asks for in one reply: the agent's `output_limit`, at most a quarter of a known window,
+    so the prompt keeps the rest (a server refuses prompt + max_tokens beyond its window, and vLLM max_tokens alone
+    beyond it: a model served with 2,048 tokens refused every call of output_limit 16384). The driver proxy holds
+    every request of the cell to it, whether the CLI honours its own setting or not."""
+    limits = [args.get("output_limit"), context_window and context_window // OUTPUT_SHARE]
+    return min((int(x) for x in limits if x), default=None)
 
 
 @dataclass(frozen=True)
 class Launch:
     argv: list[str]             # argv[0] is the executable's name; the session puts its resolved path there
     env: dict[str, str]         # added to the agent's clean environment
+    stdin: str | None = None    # what the CLI reads on its standard input (None: nothing, /dev/null)
 
 
 class TraceParser:

@@ -38,9 +38,9 @@ class Codex(CliAdapter):
         codex_home = ctx.home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
         effort = ctx.args.get("reasoning_effort")
-        # A model Codex does not know (a local one) gets the window its server reported, for Codex's compaction.
-        window = [f"model_context_window = {ctx.context_window}",
-                  f"model_max_output_tokens = {ctx.output_limit}"] if ctx.context_window else []
+        # A model Codex does not know (a local one) gets the window its server reported, for Codex's compaction. Its
+        # output cap is the proxy's to apply: 0.169 ignores model_max_output_tokens (its trace says so).
+        window = [f"model_context_window = {ctx.context_window}"] if ctx.context_window else []
         (codex_home / "config.toml").write_text("\n".join([
             f"model = {toml_str(ctx.model)}",
             'model_provider = "a2rl"',

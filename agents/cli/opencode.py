@@ -3,9 +3,11 @@ OpenAI-compatible server (chat completions, e.g. vLLM) or Gemini.
 
 Its config (OPENCODE_CONFIG) declares one provider whose base URL is the proxy and whose key is the per-cell key,
 with the driver's model declared in it (the models.dev catalogue is not fetched), every tool allowed, and
-sharing and auto-update off. At start it tries an npm install of its plugins: a dead registry on loopback makes
-that fail at once instead of reaching the internet. Token counts are in each `step_finish` event; its title call
-is not in the trace (the proxy meters it like any other).
+sharing and auto-update off. The prompt goes on standard input: `opencode run` quotes a message given as an
+argument (wrapped in `"`, every `"` inside sent as `\\"`) but hands one read from stdin to the model unchanged.
+Its title agent is disabled: it would decode a title (up to 4,096 tokens) beside the first call. At start it tries
+an npm install of its plugins: a dead registry on loopback makes that fail at once instead of reaching the internet.
+Token counts are in each `step_finish` event.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ class OpenCode(CliAdapter):
     executable = "opencode"
     package = "opencode-ai"
     providers = tuple(PROVIDERS)
-    args = ("context_limit", "output_limit")
+    args = ("context_limit",)
 
     def launch(self, ctx: Context) -> Launch:
         pid, path, npm = PROVIDERS[ctx.provider]
@@ -43,13 +45,14 @@ class OpenCode(CliAdapter):
             "provider": {pid: provider}, "enabled_providers": [pid],
             "model": f"{pid}/{ctx.model}", "small_model": f"{pid}/{ctx.model}",
             "permission": {"edit": "allow", "bash": "allow", "webfetch": "allow"},
+            "agent": {"title": {"disable": True}},
             "autoupdate": False, "share": "disabled",
         })
         env = {"OPENCODE_CONFIG": str(config), "npm_config_registry": DEAD_REGISTRY,
                **{f"OPENCODE_DISABLE_{v}": "1" for v in ("AUTOUPDATE", "LSP_DOWNLOAD", "DEFAULT_PLUGINS",
                                                           "MODELS_FETCH", "SHARE", "CLAUDE_CODE",
                                                           "EXTERNAL_SKILLS")}}
-        return Launch(["opencode", "run", "--format", "json", *extra_args(ctx), ctx.prompt], env)
+        return Launch(["opencode", "run", "--format", "json", *extra_args(ctx)], env, stdin=ctx.prompt)
 
     def parser(self) -> TraceParser:
         return RunJson()

@@ -44,8 +44,10 @@ class ReleaseLaunch(CliLaunch):
     def command(self, adapter: CliAdapter, ctx: Context, exe: Path) -> tuple[list[str], Launch, dict]:
         if adapter.release is None:
             argv, launch, _ = super().command(adapter, ctx, exe)
-            return argv, launch, {"agent_side": self.side, "launch": "a2rl",
-                                  "why": f"the release's {adapter.name} start.sh runs a pipeline that is not in it"}
+            return argv, launch, {"agent_side": self.side, "launch": "a2rl", "not_held": [
+                f"the release's {adapter.name} start.sh runs a pipeline that is not in it: the cell runs a2rl's "
+                "launch and prompt (instructions.md after description.md) with the release's workspace, "
+                "environment and grading API"]}
         own = adapter.launch(ctx)
         prefix = str(adapter.release).upper()
         env = {**config_env(self.release_dir, adapter), **own.env, f"{prefix}_BIN": str(exe)}

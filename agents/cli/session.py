@@ -18,7 +18,7 @@ import shutil
 import time
 from pathlib import Path
 
-from agents.cli.base import CliAdapter, CliLaunch, Context
+from agents.cli.base import CliAdapter, CliLaunch, Context, output_limit
 from agents.proxy.protocols import provider
 from contracts.outcomes import Limit
 
@@ -79,6 +79,9 @@ class AgentSession:
         self.final_usage: dict | None = None
         self.launch = CliLaunch()             # its agent side's way of launching the CLI (start() is told it)
         self.launched: dict = {}              # how the CLI was launched, for the cell's outcome
+        self.records_dir: Path | None = None  # the attempt's records folder (start() learns it)
+        self.stdin: Path | None = None        # the file the CLI reads on standard input, if its launch has one
+        self.trace_note: str | None = None    # why the attempt's trace is empty, once it ended so
 
     def _proxy(self):
         from ray import serve
@@ -101,7 +104,7 @@ class AgentSession:
         from its budget, call records into records_path), put the driver's variables (and the CLI's) into env;
         returns the command line to run. launch: how the cell's agent side launches a CLI (a2rl's when None; the
         release's start.sh: agents/cli/release.py)."""
-        self.launch = launch or CliLaunch()
+        self.launch, self.records_dir = launch or CliLaunch(), records_path.parent
         from agents.proxy.deployment import APP_NAME
         from contracts.serving import scoped
 
@@ -114,6 +117,9 @@ class AgentSession:
         # The agent's limits follow the model's window: driver.context_window, or what a local server reports.
         window = self._proxy().context_window.remote(self.key).result(timeout_s=RPC_TIMEOUT_S)
         self.driver = {**driver, "context_window": window}
+        cap = output_limit(dict(self.cell.agent.args or {}), window) if self.adapter is not None else None
+        if cap:  # the limit the CLI is given, applied at the wire too (a CLI may ignore its own setting)
+            self._proxy().cap_output.remote(self.key, cap).result(timeout_s=RPC_TIMEOUT_S)
         openai_style = provider(driver["provider"]).openai_style
         env.update({"A2RL_DRIVER_BASE_URL": proxy_url + ("/v1" if openai_style else ""), "A2RL_DRIVER_KEY": self.key,
                     "A2RL_DRIVER_PROVIDER": driver["provider"], "A2RL_DRIVER_MODEL": driver.get("model") or "",
@@ -133,6 +139,10 @@ class AgentSession:
         if self.parser is not None:
             self.parser.home = ctx.home
         env.update(launch.env)
+        self.stdin = None
+        if launch.stdin is not None:  # kept beside agent.stdout: the exact text the CLI was given
+            self.stdin = self.records_dir / "agent.stdin"
+            self.stdin.write_bytes(launch.stdin.encode())
         if self.adapter.on_path and not env.get("PATH", "").startswith(str(self.exe.parent) + os.pathsep):
             env["PATH"] = os.pathsep.join([str(self.exe.parent), env.get("PATH", "")])
         return argv
@@ -157,15 +167,18 @@ class AgentSession:
                 events += self.parser.feed(obj)
         if final:
             events += self.parser.flush()
-        if events:
-            now = time.time()
-            data = "".join(json.dumps({"t": now, **e}, default=str) + "\n" for e in events).encode()
+        now = time.time()
+        data = "".join(json.dumps({"t": now, **e}, default=str) + "\n" for e in events).encode()
+        if events or final:  # at the end the file exists whatever the CLI printed
             fd = os.open(trace_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 os.write(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
+        if final and trace_path.stat().st_size == 0:
+            printed = stdout_path.stat().st_size if stdout_path.exists() else 0
+            self.trace_note = f"empty: the CLI printed nothing its trace parser reads ({printed} bytes on stdout)"
         return len(events)
 
     def limit_hit(self, calls_seen: int) -> Limit | None:
@@ -189,6 +202,8 @@ class AgentSession:
     def summary(self) -> dict:
         """For the cell's outcome."""
         out = {"agent_version": self.version, **self.launched} if self.adapter else {}
+        if self.trace_note:
+            out["trace"] = self.trace_note
         if self.final_usage:
             out["driver_usage"] = {k: self.final_usage.get(k) for k in (
                 "calls", "refused", "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "wait_s",

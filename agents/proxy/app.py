@@ -25,8 +25,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from agents.proxy import upstream
 from agents.proxy.cells import Cell, CellRegistry
-from agents.proxy.estimate import Tokenizers, anthropic_count, estimate
-from agents.proxy.protocols import (budget_status, caller_key, error_response, gemini_model_path,
+from agents.proxy.estimate import Tokenizers, anthropic_count, estimate, server_tokens, tokenize_url
+from agents.proxy.protocols import (budget_status, cap_output, caller_key, error_response, gemini_model_path,
                                     parse_json, prepare_body, protocol_of_path, response_headers,
                                     upstream_headers, upstream_url)
 from agents.proxy.upstream import RetryPolicy, UpstreamUnreachable, send, served_context_window
@@ -164,12 +164,12 @@ async def proxy_call(state: ProxyState, request: Request, protocol: str, path: s
     endpoint = path + (model_method or "")
 
     def record(usage=Usage(), *, status, error=None, stream=False, wait_s=0.0, attempts=0,
-               model=driver.get("model"), requested=None, now=False, estimated=None):
+               model=driver.get("model"), requested=None, now=False, estimated=None, capped=None):
         """Record this call; returns an awaitable that ends once the line is on disk (now=True:
         already on disk, for paths that cannot await, i.e. a cancelled stream)."""
         call = dict(t=t0, endpoint=endpoint, model=model, requested_model=requested, usage=usage,
                     latency_s=time.monotonic() - start, wait_s=wait_s, attempts=attempts,
-                    status=status, stream=stream, error=error, estimated=estimated)
+                    status=status, stream=stream, error=error, estimated=estimated, capped=capped)
         return cell.record(**call) if now else cell.record_async(**call)
 
     raw = await request.body()
@@ -189,11 +189,14 @@ async def proxy_call(state: ProxyState, request: Request, protocol: str, path: s
     if protocol == GEMINI:
         upstream_mm, requested, method = gemini_model_path(model_method, driver)
         path = path + upstream_mm
-        model, stream, content = upstream_mm.partition(":")[0], method == "streamGenerateContent", raw
+        model, stream, changed = upstream_mm.partition(":")[0], method == "streamGenerateContent", False
     else:
         body, stream, requested, changed = prepare_body(protocol, body, driver)
-        model, content = body.get("model"), (json.dumps(body).encode() if changed else raw)
-    facts = dict(model=model, requested=requested, stream=stream)
+        model = body.get("model")
+    # a count of the prompt generates nothing (and Anthropic's refuses a max_tokens field)
+    capped = None if path.endswith("/count_tokens") else cap_output(protocol, body, cell.max_output_tokens)
+    content = json.dumps(body).encode() if changed or capped else raw
+    facts = dict(model=model, requested=requested, stream=stream, capped=capped)
 
     url = upstream_url(driver, path, request.query_params.multi_items())
     headers = upstream_headers(request.headers, driver, cell.real_key)
@@ -214,9 +217,13 @@ async def proxy_call(state: ProxyState, request: Request, protocol: str, path: s
             count_url = upstream_url(driver, "/v1/messages/count_tokens", [])
             count = lambda: anthropic_count(state.client, count_url, headers, body)  # noqa: E731
 
+        tokenize = None
+        if driver["provider"] == "openai-compatible":  # the served model's own count (vLLM's /tokenize)
+            tokenize = lambda payload: server_tokens(state.client, tokenize_url(driver), headers, payload)  # noqa: E731
+
         async def estimated(usage: Usage) -> tuple[Usage, dict]:
             return await estimate(protocol, body, usage, meter.events(), driver.get("tokenizer"), state.tokenizers,
-                                  count)
+                                  count, tokenize)
         return StreamingResponse(relay(state, cell, resp, meter, record, facts, estimated), status_code=resp.status,
                                  headers=out_headers)
 

@@ -51,6 +51,7 @@ class Cell:
     max_tokens: int | None
     max_cost_usd: float | None
     records_path: str
+    max_output_tokens: int | None = None   # the most tokens one request may ask for (the CLI's output limit)
     calls: int = 0
     refused: int = 0
     input_tokens: int = 0
@@ -103,7 +104,8 @@ class Cell:
 
     def _account(self, *, t: float, endpoint: str, model: str | None, requested_model: str | None,
                  usage: Usage, latency_s: float, wait_s: float, attempts: int, status: int,
-                 stream: bool, error: str | None, estimated: dict | None = None) -> tuple[dict, bytes]:
+                 stream: bool, error: str | None, estimated: dict | None = None,
+                 capped: dict | None = None) -> tuple[dict, bytes]:
         # On the event loop, so the budget is up to date before the next call is checked.
         cost = cost_usd(usage, self.driver)
         self.calls += 1
@@ -126,6 +128,8 @@ class Cell:
             # How the proxy counted tokens the upstream never reported (agents.proxy.estimate), per count; None: the
             # counts are the upstream's own.
             "estimated": estimated,
+            # The output cap the proxy wrote into the request ({field: [asked, sent]}); None: sent as the CLI asked.
+            "capped": capped,
         }
         data = (json.dumps(line) + "\n").encode()
         if self.real_key:   # belt and braces: an upstream error message might quote the key
@@ -190,7 +194,7 @@ class CellRegistry:
         given: restore gives the key the cell already has)."""
         driver = validate_driver(driver)
         limits = limits or {}
-        unknown = set(limits) - {"max_tokens", "max_cost_usd"}
+        unknown = set(limits) - {"max_tokens", "max_cost_usd", "max_output_tokens"}
         if unknown:
             raise ValueError(f"cell {cell_id}: unknown limit(s) {sorted(unknown)}")
         env = driver.get("api_key_env")
@@ -203,7 +207,7 @@ class CellRegistry:
         Path(records_path).parent.mkdir(parents=True, exist_ok=True)
         key = key or KEY_PREFIX + secrets.token_urlsafe(24)
         cell = Cell(cell_id, driver, real_key, limits.get("max_tokens"), limits.get("max_cost_usd"),
-                    str(records_path))
+                    str(records_path), limits.get("max_output_tokens"))
         cell._fd = _open_append(cell.records_path)
         self._cells[key] = cell
         return key
@@ -218,6 +222,10 @@ class CellRegistry:
             cell.replay(line)
         if closed:
             cell.close()
+
+    def cap_output(self, key: str, max_output_tokens: int | None) -> None:
+        """Hold every request of the cell to max_output_tokens (set once its agent's limit is known)."""
+        self._cells[key].max_output_tokens = max_output_tokens
 
     def get(self, key: str | None) -> Cell | None:
         cell = self._cells.get(key) if key else None

@@ -45,6 +45,10 @@ class ProxyCells:
     def add(self, key: str, registration: dict) -> None:
         self.cells[key] = {**registration, "closed": False}
 
+    def cap_output(self, key: str, max_output_tokens: int | None) -> None:
+        limits = {**(self.cells[key]["limits"] or {}), "max_output_tokens": max_output_tokens}
+        self.cells[key]["limits"] = limits
+
     def close(self, key: str) -> None:
         if key in self.cells:
             self.cells[key]["closed"] = True
@@ -92,6 +96,11 @@ class DriverProxy:
 
     async def usage(self, key: str) -> dict:
         return self.state.usage(key)
+
+    async def cap_output(self, key: str, max_output_tokens: int | None) -> None:
+        self.state.cap_output(key, max_output_tokens)
+        if self.cells is not None:  # a replica started later holds the cell to it too
+            await self.cells.cap_output.remote(key, max_output_tokens)
 
     async def context_window(self, key: str) -> int | None:
         return await self.state.context_window(key)

@@ -122,6 +122,41 @@ def prepare_body(protocol: str, body: dict, driver: dict) -> tuple[dict, bool, s
     return body, stream, requested, changed
 
 
+# Where each protocol's request says the most tokens to generate: the field a cap is written to when the request has
+# none, then any other name the API also takes (each one present is clamped).
+OUTPUT_FIELDS = {
+    ANTHROPIC: ("max_tokens",),
+    OPENAI_CHAT: ("max_completion_tokens", "max_tokens"),
+    OPENAI_RESPONSES: ("max_output_tokens",),
+    GEMINI: ("generationConfig.maxOutputTokens", "generation_config.max_output_tokens"),
+}
+
+
+def cap_output(protocol: str, body: dict, cap: int | None) -> dict | None:
+    """Hold the request's output tokens to the cell's cap: a request that asks for none or for more gets the cap.
+    Returns what was changed ({field: [asked, sent]}), None when nothing was. A CLI may ignore the limit its config
+    gives it: Codex 0.169 says "'model_max_output_tokens' is ignored" and sends none."""
+    if not cap:
+        return None
+    changed: dict = {}
+    found = False
+    for name in OUTPUT_FIELDS[protocol]:
+        parent, _, key = name.rpartition(".")
+        holder = body.get(parent) if parent else body
+        if isinstance(holder, dict) and key in holder:
+            found, asked = True, holder[key]
+            if not isinstance(asked, int) or asked > cap:
+                holder[key] = cap
+                changed[name] = [asked, cap]
+    if not found:  # into the settings object the request already has (Gemini's is camelCase or snake_case)
+        name = next((n for n in OUTPUT_FIELDS[protocol] if isinstance(body.get(n.rpartition(".")[0]), dict)),
+                    OUTPUT_FIELDS[protocol][0])
+        parent, _, key = name.rpartition(".")
+        (body.setdefault(parent, {}) if parent else body)[key] = cap
+        changed[name] = [None, cap]
+    return changed or None
+
+
 def gemini_model_path(model_method: str, driver: dict) -> tuple[str, str, str]:
     """'M:method' from the URL -> (upstream 'M:method', requested model, method), model forced."""
     requested, _, method = model_method.partition(":")

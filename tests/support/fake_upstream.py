@@ -13,8 +13,10 @@ content (tools offered, tool results present), never at call order, because CLIs
 
 It also answers Anthropic's /v1/messages/count_tokens (the prompt's tokens: the usage's input count), can hold a
 stream after its first events until the caller hangs up (`stall_after`, a call cut mid-stream), and can play a
-vLLM server (`served_model` with `max_model_len`): GET /v1/models lists the model with its max_model_len, and a call
-of that model asking for more output tokens than that is refused with vLLM's 400 and error shape.
+vLLM server (`served_model` with `max_model_len`): GET /v1/models lists the model with its max_model_len, a call
+of that model asking for more output tokens than that is refused with vLLM's 400 and error shape, and POST /tokenize
+counts a prompt or chat messages as vLLM's does, with a tokenizer of its own (`served_tokens`: one token a UTF-8 byte,
+a ChatML template that drops tools, as SmolLM2's does).
 
 `python -m tests.support.fake_upstream --port 0` runs it in the foreground.
 """
@@ -65,6 +67,27 @@ class FakeRequest:
     last_user_text: str
     system: str = ""
     url: str = ""                       # path and query as received
+    raw: bytes = b""                    # the body as it arrived, byte for byte
+
+    def user_texts(self) -> list[str]:
+        return user_texts(self.protocol, self.body)
+
+
+def user_texts(protocol: str, body: dict) -> list[str]:
+    """Each text part of each user message of a request, as sent (a CLI's prompt is one of them, whole)."""
+    if protocol == GEMINI:
+        return [p["text"] for c in body.get("contents") or [] if c.get("role", "user") == "user"
+                for p in c.get("parts") or [] if isinstance(p.get("text"), str)]
+    items = body.get("input" if protocol == OPENAI_RESPONSES else "messages")
+    items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
+    out = []
+    for m in items:
+        if m.get("role") != "user":
+            continue
+        content = m.get("content")
+        parts = [{"text": content}] if isinstance(content, str) else content or []
+        out += [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return out
 
 
 Script = Callable[[FakeRequest], Reply]
@@ -162,6 +185,20 @@ def read_request(protocol: str, body: dict, model: str, headers: dict, api_key: 
             if c.get("role", "user") == "user" and _text(parts):
                 user = _text(parts)
     return FakeRequest(protocol, model, stream, body, headers, api_key, tools, results, user, system)
+
+
+def served_tokens(payload: dict) -> int:
+    """The fake served model's count of a /tokenize request: its text, or its chat messages rendered through a
+    ChatML template that drops tools, one token a UTF-8 byte."""
+    if "messages" not in payload:
+        return len(str(payload.get("prompt", "")).encode())
+    text = ""
+    for m in payload["messages"]:
+        content = _text(m.get("content")) + "".join(json.dumps(c.get("function")) for c in m.get("tool_calls") or [])
+        text += f"<|im_start|>{m.get('role')}\n{content}<|im_end|>\n"
+    if payload.get("add_generation_prompt", True):
+        text += "<|im_start|>assistant\n"
+    return len(text.encode())
 
 
 # --------------------------------------------------------------------------- writing replies
@@ -373,6 +410,7 @@ class FakeUpstream:
         self.stall_after = stall_after
         self.served_model, self.max_model_len = served_model, max_model_len
         self.count_calls = 0
+        self.tokenize_calls: list[dict] = []
         self.fail_first, self.fail_status, self.retry_after = fail_first, fail_status, retry_after
         self.expect_key = expect_key
         self.chunks, self.chunk_delay_s = chunks, chunk_delay_s
@@ -422,6 +460,16 @@ class FakeUpstream:
                 "id": self.served_model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
                 "root": self.served_model, "parent": None, "max_model_len": self.max_model_len, "permission": []}]})
 
+        @app.post("/tokenize")
+        async def tokenize(request: Request):
+            if self.served_model is None:
+                return JSONResponse({"detail": "Not Found"}, 404)
+            payload = json.loads(await request.body() or b"{}")
+            n = served_tokens(payload)
+            self.tokenize_calls.append(payload)
+            return JSONResponse({"count": n, "max_model_len": self.max_model_len, "tokens": list(range(n)),
+                                 "token_strs": None})
+
         @app.post("/v1/chat/completions")
         async def chat(request: Request):
             return await self._answer(request, OPENAI_CHAT)
@@ -439,7 +487,8 @@ class FakeUpstream:
 
     async def _answer(self, request: Request, protocol: str, model: str | None = None,
                       stream: bool | None = None) -> Response:
-        body = json.loads(await request.body() or b"{}")
+        raw = await request.body()
+        body = json.loads(raw or b"{}")
         headers = dict(request.headers)
         auth = headers.get("authorization", "")
         key = (headers.get("x-api-key") or headers.get("x-goog-api-key")
@@ -448,6 +497,7 @@ class FakeUpstream:
         stream = bool(body.get("stream")) if stream is None else stream
         req = read_request(protocol, body, model, headers, key, stream)
         req.url = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
+        req.raw = raw
         with self._lock:
             self.calls += 1
             if self.keep_requests:
