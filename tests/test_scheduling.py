@@ -156,10 +156,11 @@ def test_sandbox_hides_secrets_and_other_cells(run_sweep, cache_dir, tmp_path):
         # The Ray cluster listens on the machine's ports: without its token (in the hidden $HOME) it refuses.
         {sys.executable} code/ray_probe.py {gcs_port}
         sleep 2  # so both cells' workspaces exist at once
-    """, extra_files=(ray_probe,)) + ["sweep.seeds=[0,1]", "sandbox.network=host"]  # Ray's ports are reachable
-    _, _, out = run_sweep(overrides, output_dir=out)
+    """, extra_files=(ray_probe,)) + ["sweep.seeds=[0,1]", "sandbox.network=host",  # Ray's ports are reachable
+                                      "sweep.budget.wall_time_s=300"]  # the probe ends it: smoke's 10 s did not
+    _, _, out = run_sweep(overrides, output_dir=out)                 # fit python's start on a loaded machine
     rows = ledger_of(out).cells().values()
-    assert len(rows) == 2
+    assert len(rows) == 2 and all(row["status"] == "completed" for row in rows), rows
     for row in rows:
         text = (out / "cells" / row["cell_id"] / "attempt-1" / "agent.stdout").read_text()
         assert "LEAK" not in text and text.count("HIDDEN") == len(secrets), text

@@ -123,8 +123,8 @@ def tokenize_url(driver: dict) -> str:
     return driver["base_url"].rstrip("/").removesuffix("/v1") + "/tokenize"
 
 
-async def server_tokens(client, url: str, headers: dict, payload: dict) -> int | None:
-    """Tokens as the served model's own tokenizer counts them (vLLM's /tokenize); None if the server does not answer."""
+async def counted(client, url: str, headers: dict, payload: dict, field: str) -> int | None:
+    """A count endpoint's answer (its `field`); None if it does not answer, or answers no number."""
     import aiohttp
 
     try:
@@ -132,10 +132,15 @@ async def server_tokens(client, url: str, headers: dict, payload: dict) -> int |
                                timeout=aiohttp.ClientTimeout(total=COUNT_TIMEOUT_S)) as resp:
             if resp.status >= 400:
                 return None
-            n = (await resp.json(content_type=None)).get("count")
+            n = (await resp.json(content_type=None)).get(field)
     except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
         return None
-    return int(n) if isinstance(n, int) else None
+    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+
+
+async def server_tokens(client, url: str, headers: dict, payload: dict) -> int | None:
+    """Tokens as the served model's own tokenizer counts them (vLLM's /tokenize); None if the server does not answer."""
+    return await counted(client, url, headers, payload, "count")
 
 
 def tokenize_payloads(protocol: str, body: dict, text: str) -> tuple[dict | None, dict]:
@@ -198,18 +203,7 @@ def by_characters(text: str) -> int:
 
 async def anthropic_count(client, url: str, headers: dict, body: dict) -> int | None:
     """The prompt's tokens by Anthropic's count endpoint (free, and exact for the model); None if it does not answer."""
-    import aiohttp
-
-    payload = {k: body[k] for k in _COUNT_FIELDS if k in body}
-    try:
-        async with client.post(url, json=payload, headers=headers,
-                               timeout=aiohttp.ClientTimeout(total=COUNT_TIMEOUT_S)) as resp:
-            if resp.status >= 400:
-                return None
-            n = (await resp.json(content_type=None)).get("input_tokens")
-    except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
-        return None
-    return int(n) if isinstance(n, (int, float)) else None
+    return await counted(client, url, headers, {k: body[k] for k in _COUNT_FIELDS if k in body}, "input_tokens")
 
 
 async def estimate(protocol: str, body: dict, reported: Usage, events: list[dict], tokenizer_name: str | None,
