@@ -91,7 +91,8 @@ def upstream():
     layout = {"json_2.1.1_json.zip": {f"{GAME}/traj_data.json": traj},
               "json_2.1.1_pddl.zip": {f"{GAME}/initial_state.pddl": pddl},
               "json_2.1.2_tw-pddl.zip": {f"{GAME}/game.tw-pddl": game},
-              "json_2.1.3_tw-pddl.zip": {f"{GAME}/game.tw-pddl": game}}
+              "json_2.1.3_tw-pddl.zip": {f"{GAME}/game.tw-pddl": game.replace(b'"walkthrough"',
+                                                                             b'"v": 3, "walkthrough"')}}
     for games in (None, GAMES):  # the installed downloader's games archive, and the task's (conf/task/alfworld.yaml)
         for archive, url in alfworld_download.archives("http://upstream" + RELEASES, games).items():
             server.add_file(url.removeprefix("http://upstream"), zipped(layout[archive]))
@@ -434,3 +435,22 @@ def test_a_run_without_its_task_data_stops_in_one_line_before_ray(tmp_path):
                            f"data_path={tmp_path}/cache/data/alfworld"), line
     assert "`python -m orchestrator prepare task=alfworld" in line and "alfworld_small, its offline twin" in line
     assert "Ray" not in run.stdout and not (tmp_path / "out" / "ledger.sqlite").exists()
+
+
+def test_the_games_archive_is_a_value_and_another_one_replaces_the_games(upstream, tmp_path, monkeypatch):
+    """The games come from the archive the task names; a folder holding another archive's games is not complete
+    for it, and fetching it replaces the games and the marker (what the lock and the report then name)."""
+    import tempfile
+
+    from envs.alfworld import download
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the alfworld downloader keeps partial files
+    data = tmp_path / "alfworld"
+    first = download.fetch(data, upstream.url + RELEASES)  # the installed downloader's own: json_2.1.2
+    assert "json_2.1.2_tw-pddl.zip" in first and download.complete(data) and not download.complete(data, GAMES)
+    assert "v" not in json.loads((data / GAME / "game.tw-pddl").read_text())
+    second = download.fetch(data, upstream.url + RELEASES, games=GAMES)
+    assert sorted(second) == ["json_2.1.1_json.zip", "json_2.1.1_pddl.zip", GAMES.rsplit("/", 1)[1]]
+    assert json.loads((data / GAME / "game.tw-pddl").read_text())["v"] == 3
+    assert download.complete(data, GAMES) and not download.complete(data)
+    assert second[GAMES.rsplit("/", 1)[1]]["url"].endswith(GAMES)
