@@ -215,7 +215,8 @@ def fetch_file(url: str, dest: Path, sha256: str | None = None, drive_id: str | 
             if have and r.status_code != 206:  # the server ignored the Range: start again
                 have = 0
             length = r.headers.get("Content-Length")
-            total = int(length) + have if length else None
+            encoded = r.headers.get("Content-Encoding", "identity").lower() not in ("", "identity")
+            total = int(length) + have if length and not encoded else None  # (gzip: it counts the encoded bytes)
             with open(part, "ab" if have else "wb") as f, \
                     tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=dest.name) as bar:
                 for chunk in r.iter_content(CHUNK):

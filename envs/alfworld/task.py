@@ -147,7 +147,8 @@ class AlfWorldTask(InteractiveTask):
         except FileNotFoundError:
             pass
         return [f"task {self.name}: no ALFWorld json_2.1.1 games under data_path={self.data_path} (the alfworld "
-                "package's release archives, ~2 GB by the original's count)"]
+                f"package's release archives, the games from {download.games_of(self.games_archive)}: ~2 GB by the "
+                "original's count)"]
 
     def fetch_data(self, sources: dict) -> None:
         """What missing_data() names: the upstream games into data_path, with the alfworld package's downloader
