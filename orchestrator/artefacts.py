@@ -218,7 +218,12 @@ class TaskData(Artefact):
         paths = [p for p in _data_paths(self.task) if p.exists()]
         sizes = [size_of(p) or 0 for p in paths]
         revisions = sorted({_hub_revision(p) for p in paths} - {None})
-        return (sum(sizes) if paths else None), (", ".join(f"revision {r[:12]}" for r in revisions) or "-")
+        files = sorted(getattr(self.task, "downloaded", dict)().items())  # (all of them: the lock)
+        said = [f"revision {r[:12]}" for r in revisions]
+        if files:
+            said.append(f"sha256 {files[0][1]['sha256'][:12]}" + (f" +{len(files) - 1} files" if len(files) > 1
+                                                                     else ""))
+        return (sum(sizes) if paths else None), (", ".join(said) or "-")
 
     def missing_line(self, command: str) -> str:
         return "; ".join(self.lines) + f" (`{command}` fetches it now)"
