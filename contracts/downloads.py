@@ -201,7 +201,7 @@ def fetch_file(url: str, dest: Path, sha256: str | None = None, drive_id: str | 
     """dest from url, resumed from dest.part when an earlier transfer was cut; checked (`check`) and against the pin
     before it is renamed to dest; its sha256. drive_id: the url is Google Drive's for that file id."""
     import requests
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
     upstream = upstream or (DRIVE if drive_id else urlsplit(url).netloc)
     part = dest.with_name(dest.name + ".part")
