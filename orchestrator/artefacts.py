@@ -67,6 +67,16 @@ class Artefact:
         """(size in bytes or None, checksum or revision) of what is there."""
         return size_of(self.where) if self.where else None, "-"
 
+    def locked(self) -> dict:
+        """Its entries in the downloads lock (orchestrator/lock.py): {"files": {name: {"sha256", ...}}, "hub":
+        {id: {"revision"}}} of what is here; nothing for what is built here."""
+        return {}
+
+    def unfetched(self) -> list[str]:
+        """What of it a run cannot fetch by itself when it is missing (only `prepare` does): the run stops before it
+        starts, naming it."""
+        return []
+
     def missing_line(self, command: str) -> str:
         who = f" ({', '.join(self.users)})" if self.users else ""
         return (f"{self.name}{who} is not in {self.where}: `{command}` fetches it now; otherwise it is fetched "
@@ -95,6 +105,14 @@ class OriginalWheel(Artefact):
         from contracts import release
 
         return size_of(self.where), f"sha256 {release.SHA256[:12]}"
+
+    def locked(self) -> dict:
+        from contracts import release
+
+        if not self.where.is_file():
+            return {}
+        return {"files": {release.WHEEL: {"sha256": release.SHA256, "size": self.where.stat().st_size,
+                                          "url": f"PyPI {release.RELEASE}", "path": str(self.where)}}}
 
 
 class HubModel(Artefact):
@@ -138,6 +156,10 @@ class HubModel(Artefact):
             return None, "-"
         self.where = snapshot
         return size_of(snapshot), f"revision {snapshot.name[:12]}"
+
+    def locked(self) -> dict:
+        snapshot = self.snapshot()
+        return {"hub": {f"model {self.repo_id}": {"revision": snapshot.name}}} if snapshot else {}
 
     def missing_line(self, command: str) -> str:
         roles = "; ".join(f"{role} of {', '.join(tasks)}" for role, tasks in self.roles.items() if tasks)
@@ -196,10 +218,27 @@ class TaskData(Artefact):
         paths = [p for p in _data_paths(self.task) if p.exists()]
         sizes = [size_of(p) or 0 for p in paths]
         revisions = sorted({_hub_revision(p) for p in paths} - {None})
-        return (sum(sizes) if paths else None), (", ".join(f"revision {r[:12]}" for r in revisions) or "-")
+        files = sorted(getattr(self.task, "downloaded", dict)().items())  # (all of them: the lock)
+        said = [f"revision {r[:12]}" for r in revisions]
+        if files:
+            said.append(f"sha256 {files[0][1]['sha256'][:12]}" + (f" +{len(files) - 1} files" if len(files) > 1
+                                                                     else ""))
+        return (sum(sizes) if paths else None), (", ".join(said) or "-")
 
     def missing_line(self, command: str) -> str:
         return "; ".join(self.lines) + f" (`{command}` fetches it now)"
+
+    def locked(self) -> dict:
+        files = getattr(self.task, "downloaded", dict)()  # what its fetch_data fetched, by file
+        hub = {}
+        for path in _data_paths(self.task):
+            if path.exists() and (revision := _hub_revision(path)):
+                kind, _, name = path.name.partition("--")  # datasets--org--name
+                hub[f"{kind.rstrip('s')} {name.replace('--', '/')}"] = {"revision": revision}
+        return {"files": files, "hub": hub}
+
+    def unfetched(self) -> list[str]:
+        return getattr(self.task, "unfetched_data", list)()
 
 
 class Unreadable(Artefact):
@@ -304,3 +343,38 @@ def check_artefacts(cells: list[CellSpec], cache_dir: Path, emulated: bool, allo
     for artefact in missing:
         print(f"[a2rl]   - {artefact.missing_line(command)}", file=out)
 
+
+
+def offline_twin(task_name: str) -> str:
+    """`, or use <name>_small, its offline twin (...)` where conf/task has one (generated data, no download)."""
+    from orchestrator.sweep import CONF_DIR
+
+    if (CONF_DIR / "task" / f"{task_name}_small.yaml").is_file():
+        return f", or use {task_name}_small, its offline twin (generated data, nothing to fetch)"
+    return ""
+
+
+def check_task_data(cells: list[CellSpec], cache_dir: Path, downloads: dict) -> None:
+    """Before a run starts anything: task data that only `prepare` fetches (a run would fail at its first grader)
+    is refused, one line per task naming what is missing, the command that fetches it and the offline twin; and a
+    file prepare fetched whose bytes changed since (or that a pin does not name) is refused naming the file."""
+    from contracts.specs import ConfigError
+    from orchestrator import lock
+    from orchestrator.manifest import HASH_CACHE, FileHashes
+
+    artefacts = sweep_artefacts(cells, cache_dir)
+    command = prepare_command()
+    lines = [f"{'; '.join(unfetched)} (a run cannot fetch it: `{command}` does{offline_twin(a.users[0])})"
+             for a in artefacts if not a.present() and (unfetched := a.unfetched())]
+    if lines:
+        raise ConfigError("\n".join(lines))
+    hashes = FileHashes(cache_dir / HASH_CACHE)
+    files, _ = lock.pins(downloads, cache_dir)
+    changed = lock.changed(lock.entries(artefacts), files, hashes.file)
+    hashes.save()
+    if changed:
+        name, path, now, want = changed[0]
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise ConfigError(f"{name} at {path} is not the file prepare fetched or a pin names: sha256 {now[:16]}..., "
+                          f"the lock says {want[:16]}...{more}; run `{command}` to fetch it again (a changed "
+                          f"upstream file is refused there), or remove its entry from {lock.lock_path(cache_dir)}")

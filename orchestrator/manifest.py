@@ -3,7 +3,8 @@
 It holds a2rl's commit (and whether its tree had uncommitted changes), the resolved config and the grid of cells,
 each task's protocol and config with content hashes of the data files it reads (Task.data_files), the drivers'
 models and prices (agents' and judges'), the sandbox's network mode and allowlist, the seeds, and the hardware
-(this machine's CPU, GPUs and memory; the cluster's resources as Ray sees them).
+(this machine's CPU, GPUs and memory; the cluster's resources as Ray sees them), and the downloads lock it ran on
+(`downloads`: every fetched file's sha256 and hub id's revision, and their fingerprint; orchestrator/lock.py).
 
 A resumed sweep writes it again: the first stays manifest.json, and a resumed run configured differently gets
 manifest-2.json (-3, ...) beside it, with the keys that differ printed; the report names them (`differences`).
@@ -171,7 +172,18 @@ def build(cfg, cells, cache_dir: Path, cluster_resources: dict | None = None) ->
                     "required": sandbox.get("required")},
         "hardware": {**hardware(), "cluster": cluster_resources},
         "packages": package_versions(),
+        "downloads": downloads_lock(cells, cache_dir),
     }
+
+
+def downloads_lock(cells, cache_dir: Path) -> dict:
+    """The lock this run ran on (orchestrator/lock.py): its artefacts' digests and revisions as they are here, their
+    fingerprint, and the cache's lock file they come from."""
+    from orchestrator import lock
+    from orchestrator.artefacts import sweep_artefacts
+
+    here = lock.entries(sweep_artefacts(cells, cache_dir))
+    return {**here, "fingerprint": lock.fingerprint(here), "lock_file": str(lock.lock_path(cache_dir))}
 
 
 def flatten(value, prefix: str = "") -> dict:

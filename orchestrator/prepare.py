@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from contracts import registry
 from contracts.specs import to_plain
+from orchestrator import lock
 from orchestrator.artefacts import sweep_artefacts
 from orchestrator.preflight import check_tasks
 from orchestrator.sweep import check_cluster, expand
@@ -48,8 +49,12 @@ def prepare_here(cfg: DictConfig, out=sys.stdout) -> list[Row]:
     check_cluster(cfg)
     cells = expand(cfg)
     check_tasks(cells)
-    sources = to_plain(cfg.downloads)
-    artefacts = sweep_artefacts(cells, Path(cfg.cache_dir).expanduser())
+    sources = to_plain(cfg.downloads) or {}
+    cache_dir = Path(cfg.cache_dir).expanduser()
+    artefacts = sweep_artefacts(cells, cache_dir)
+    files, revisions = lock.pins(sources, cache_dir)
+    sources["sha256"] = files  # every fetch is held to the pins and to what this cache fetched before
+    recheck(artefacts, files, out)
     missing_at_start = {a.key for a in artefacts if not a.present()}
     rows = []
     for artefact in artefacts:
@@ -61,13 +66,40 @@ def prepare_here(cfg: DictConfig, out=sys.stdout) -> list[Row]:
                 try:
                     artefact.fetch(sources)
                 except Exception as e:  # noqa: BLE001 - one failed artefact is a row; the others go on
-                    status, reason = FAILED, f"{type(e).__name__}: {str(e).strip()[:600]}"
+                    status, reason = FAILED, f"{type(e).__name__}: {str(e).strip()[:1200]}"
                 else:
                     if not artefact.present():
                         status, reason = FAILED, "fetched, but still not complete where a run reads it"
+        for hub_id, entry in artefact.locked().get("hub", {}).items():
+            if revisions.get(hub_id, entry["revision"]) != entry["revision"]:
+                status, reason = FAILED, (f"{hub_id} is at revision {entry['revision']} here, but the lock "
+                                          f"{sources.get('lock')} pins {revisions[hub_id]}: not the same files")
         size, checksum = artefact.facts()
         rows.append(Row(artefact.name, str(artefact.where or "-"), size, checksum, status, reason))
+    path = lock.write(cache_dir, lock.entries(artefacts))
+    print(f"[a2rl] lock: {path} (fingerprint {lock.fingerprint(lock.read(path))[:16]})", file=out)
     return rows
+
+
+def recheck(artefacts, pins: dict[str, str], out) -> None:
+    """What an earlier prepare kept, checked again: a file whose bytes are not the locked (or pinned) ones, or
+    that is not what its name says (a page or a cut file an older a2rl kept), is deleted with a line naming it, so
+    that it is fetched again below (and held to the lock there)."""
+    from contracts.downloads import NotTheFile, check, sha256_of
+
+    entries = lock.entries(artefacts)
+    bad = {path: f"sha256 {now[:16]}..., the lock says {want[:16]}..."
+           for _, path, now, want in lock.changed(entries, pins, sha256_of)}
+    for name, entry in entries["files"].items():
+        path = Path(entry["path"]) if entry.get("path") else None
+        if path is not None and path.is_file() and path not in bad:
+            try:
+                check(path, name)
+            except NotTheFile as e:
+                bad[path] = f"not a {name}: {e}"
+    for path, why in bad.items():
+        print(f"[a2rl] {path} is not what prepare fetched ({why}): deleted, to be fetched again", file=out)
+        path.unlink(missing_ok=True)
 
 
 def prepare_nodes(cfg: DictConfig, out=sys.stdout) -> list[Row]:

@@ -14,7 +14,7 @@ from contracts import registry
 from contracts.layout import Layout
 from contracts.specs import CellOptions, CellSpec, to_plain
 from orchestrator import sandbox
-from orchestrator.artefacts import check_artefacts
+from orchestrator.artefacts import check_artefacts, check_task_data
 from orchestrator.ledger import ERRORED, PENDING, RUNNING, Ledger
 from orchestrator.preflight import (EMULATED_GPU, check_agents_python, check_nodes_share, check_reservations,
                                      check_agent_sides, check_stand_ins, check_tasks, check_vllm, check_writable,
@@ -163,6 +163,7 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
     layout = Layout.make(cfg.output_dir, cfg.cache_dir, cfg.cluster.get("workspace_root"))
     emulated = bool(cfg.cluster.emulated_gpus)
     if not cfg.dry_run:
+        check_task_data(cells, layout.cache_dir, to_plain(cfg.downloads) or {})  # before Ray: one line per task
         check_stand_ins(cells, layout.cache_dir, emulated, bool(cfg.get("allow_stand_ins")), out)
     if cfg.dry_run:  # read-only: a dry run never creates or changes a ledger
         rows = Ledger(layout.ledger).cells() if layout.ledger.exists() else {}

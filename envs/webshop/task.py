@@ -147,6 +147,22 @@ class WebShopTask(InteractiveTask):
                        f"nouns with) is not in {original_model_dir(self.cache_dir)}")
         return out
 
+    def unfetched_data(self) -> list[str]:
+        """What missing_data() names that a run cannot fetch by itself (prepare does): WebShop's files."""
+        from envs.webshop import download
+
+        absent = download.missing(self.data_path) if self.data_path else []
+        return self.missing_data()[:1] if absent else []
+
+    def downloaded(self) -> dict[str, dict]:
+        """The files prepare fetched for this task, by file (their digests: the lock's entries)."""
+        from contracts.downloads import records
+        from envs.webshop.reward import original_model_dir
+
+        files = {name: {"path": str(Path(self.data_path).expanduser() / name), **entry}  # (older records: no path)
+                 for name, entry in records(self.data_path).items()}
+        return {**files, **records(original_model_dir(self.cache_dir))}
+
     def _lucene_index(self) -> Path:
         from envs.webshop.lucene_search import index_dir_for
 

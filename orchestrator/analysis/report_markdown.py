@@ -166,12 +166,34 @@ def _manifest_section(info: dict | None) -> list[str]:
               f"drivers {drivers or 'none'}; "
               f"sandbox network {sandbox.get('network')}, allowlist {sandbox.get('allow') or 'empty'}; "
               f"{hw.get('cpus')} x {hw.get('cpu')}, {hw.get('memory_gb')} GB, {gpus}.", ""]
+    lines += _downloads_lines(m)
     for later in info["later"]:
         keys = later["differences"]
         lines += [f"**A resumed run was configured differently**: [{later['file']}](../{later['file']}) "
                   f"({later['written_at']}) differs from {info['file']} in {len(keys)} keys: "
                   + ", ".join(f"`{k}`" for k in keys[:30]) + (" ..." if len(keys) > 30 else "") + ".", ""]
     return lines
+
+
+def _downloads_lines(m: dict) -> list[str]:
+    """Each task's protocol (and the ALFWorld games archive it reads), and the downloads lock the run ran on
+    (orchestrator/lock.py): what two labs compare to show they graded on the same bytes."""
+    from orchestrator.lock import describe
+
+    lock = m.get("downloads")
+    said = []
+    for name, task in (m.get("tasks") or {}).items():
+        config = task.get("config") or {}
+        line = f"task {name}: protocol {task.get('protocol')}"
+        if config.get("games_archive") and config.get("data_path"):
+            archive = str(config["games_archive"]).rsplit("/", 1)[-1]
+            digest = ((lock or {}).get("files") or {}).get(archive, {}).get("sha256")
+            line += f", games {archive}" + (f" (sha256 {digest[:12]})" if digest else " (not in the lock)")
+        said.append(line)
+    lines = [f"Protocols: {'; '.join(said)}.", ""] if said else []
+    if lock is None:
+        return lines + ["Downloads lock: not recorded (a manifest written before a2rl kept one).", ""]
+    return lines + [f"Downloads lock (fingerprint `{lock.get('fingerprint', '')[:16]}`): {describe(lock)}.", ""]
 
 
 def _summaries_section(cells: pd.DataFrame, table: pd.DataFrame, texts: dict[str, dict],

@@ -6,10 +6,18 @@ serves plain files at any other path (the upstream download URLs of ALFWorld's a
     server.add_repo("model", "org/tiny", {"config.json": b"...", ...})
     server.add_file("/alfworld/alfworld/releases/download/0.2.2/json_2.1.1_json.zip", data)
     server.cut("json_2.1.1_json.zip")   # the next GET of a path holding this sends half the body and hangs up
+    server.add_drive_file("/download", file_id, "items.json", data)   # Google Drive's layout: /download?id=<id>&...
+    server.drive_answers(file_id, "quota", "truncated", "confirm")   # its next answers for that id, then the file
     server.requests                       # [(method, path, Range header or None)], every request seen
     server.stop()
 
-GET answers a `Range: bytes=N-` with 206 and the rest, as the hub and GitHub's release storage do.
+GET answers a `Range: bytes=N-` with 206 and the rest, as the hub and GitHub's release storage do. A Drive file is
+answered as drive.usercontent.google.com answers (what gdown's download.py reads): the file with
+`Content-Disposition: attachment; filename="..."`; or, queued by drive_answers, one of its other answers:
+"quota" (200, an HTML page titled "Google Drive - Quota exceeded", no Content-Disposition: what it sends for a file
+too many people fetched), "truncated" (200 with Content-Disposition and a Content-Length that matches, but only the
+first half of the file), "confirm" (200, its "can't scan this file for viruses" page whose download form carries
+id, export, confirm and a uuid: the file is sent to a request carrying that uuid).
 """
 from __future__ import annotations
 
@@ -18,9 +26,27 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 KINDS = {"model": "models", "dataset": "datasets"}
+DRIVE_PAGE = """<!DOCTYPE html><html><head><title>Google Drive - {title}</title><meta http-equiv="content-type"
+content="text/html; charset=utf-8"/><link href="/static/doclist/client/css/4033072956-untrustedcontent.css"
+rel="stylesheet" nonce="x"></head><body><div class="uc-main"><div id="uc-text">{body}</div></div>
+<div class="uc-footer"><hr class="uc-footer-divider"></div></body></html>"""
+QUOTA = DRIVE_PAGE.format(title="Quota exceeded", body=(
+    '<p class="uc-error-caption">Sorry, you can&#39;t view or download this file at this time.</p>'
+    '<p class="uc-error-subcaption">Too many users have viewed or downloaded this file recently. Please try accessing '
+    'the file again later. If the file you are trying to access is particularly large or is shared with many '
+    'people, it may take up to 24 hours to be able to view or download the file. If you still can&#39;t access a '
+    'file after 24 hours, contact your domain administrator.</p>'))
+VIRUS_SCAN = DRIVE_PAGE.format(title="Virus scan warning", body=(
+    '<p class="uc-warning-caption">Google Drive can&#39;t scan this file for viruses.</p><p class="uc-warning-'
+    'subcaption"><span class="uc-name-size"><a href="/open?id={id}">{name}</a> ({size})</span> is too large for '
+    'Google to scan for viruses. Would you still like to download this file?</p>'
+    '<form id="download-form" action="{action}" method="get"><input type="submit" id="uc-download-link" '
+    'class="goog-inline-block jfk-button jfk-button-action" value="Download anyway"/><input type="hidden" '
+    'name="id" value="{id}"><input type="hidden" name="export" value="download"><input type="hidden" '
+    'name="confirm" value="t"><input type="hidden" name="uuid" value="{uuid}"></form>'))
 
 
 class HubServer:
@@ -28,6 +54,8 @@ class HubServer:
         self.repos: dict[tuple[str, str], dict] = {}   # (kind, repo id) -> {"sha", "files": {path: bytes}}
         self.files: dict[str, tuple[bytes, str]] = {}   # plain path -> (body, content type)
         self.requests: list[tuple[str, str, str | None]] = []
+        self.drive: dict[tuple[str, str], tuple[str, bytes]] = {}  # (path, file id) -> (file name, body)
+        self._drive_answers: dict[str, list[str]] = {}
         self._cuts: set[str] = set()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -53,9 +81,41 @@ class HubServer:
     def cut(self, suffix: str) -> None:
         self._cuts.add(suffix)
 
+    def add_drive_file(self, path: str, file_id: str, name: str, body: bytes) -> None:
+        self.drive[(path, file_id)] = (name, body)
+
+    def drive_answers(self, file_id: str, *answers: str) -> None:
+        self._drive_answers.setdefault(file_id, []).extend(answers)
+
+    def _drive(self, path: str, file_id: str, query: dict) -> tuple[int, dict, bytes, str | None]:
+        name, body = self.drive[(path, file_id)]
+        queued = self._drive_answers.get(file_id) or []
+        answer = queued[0] if queued else "file"
+        uuid = f"u{abs(hash((path, file_id))) % 10 ** 8}"
+        if answer == "confirm" and query.get("uuid") == uuid:
+            queued.pop(0)
+            answer = "file"
+        elif answer != "confirm" and queued:
+            queued.pop(0)
+        html = {"Content-Type": "text/html; charset=utf-8"}
+        if answer == "quota":
+            return 200, html, QUOTA.encode(), None
+        if answer == "confirm":
+            page = VIRUS_SCAN.format(id=file_id, name=name, size=f"{len(body) // 1000}K", uuid=uuid,
+                                     action=self.url + path)
+            return 200, html, page.encode(), None
+        if answer == "truncated":
+            body = body[:len(body) // 2]
+        headers = {"Content-Type": "application/json", "Content-Disposition": f'attachment; filename="{name}"'}
+        return 200, headers, body, f"{path}?id={file_id}"
+
     # -- the protocol ----------------------------------------------------------------------------------------------
     def _route(self, method: str, path: str, query: str, body: bytes) -> tuple[int, dict, bytes, str | None]:
         """(status, headers, body, a file's name for cutting) for one request."""
+        file_id = (parse_qs(query).get("id") or [""])[0]
+        if (path, file_id) in self.drive:
+            with self._lock:
+                return self._drive(path, file_id, {k: v[0] for k, v in parse_qs(query).items()})
         for plain in (f"{path}?{query}", path):  # a download URL may name its file in the query (Google Drive's)
             if plain in self.files:
                 body, content_type = self.files[plain]

