@@ -138,7 +138,8 @@ def smith_tasks(smith_dir: str | None) -> dict[str, dict]:
         return {}
     from evaluators.tasks.smith_task import discover
 
-    found, _ = discover(smith_dir, load_named("task", "smith", "smith_dir"))
+    base = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "task" / "smith.yaml"))  # its `path: ???` set per folder
+    found, _ = discover(smith_dir, base)
     for name, data in found.items():
         if "opencompass" in data:  # a2rl's task for that OpenCompass dataset, graded as the release grades it
             found[name] = {**load_named("task", data["opencompass"], f"smith_dir ({name})"), "name": name,
