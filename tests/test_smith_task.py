@@ -242,7 +242,7 @@ def test_a_users_folder_runs_with_copy_base_under_both_protocols(run_sweep, cach
     assert rows[0]["baseline_score"] is not None
 
     # the paper's: the baseline is the release's per-sample formula on the folder's train.jsonl[test_range]
-    _, text, out = run_sweep([*common, "task.protocol=paper", "task.test_range=[:4]"], tmp_path / "paper")
+    _, text, out = run_sweep([*common, "task.protocol=paper", "task.test_range='[:4]'"], tmp_path / "paper")
     rows = list(Ledger(out / "ledger.sqlite").cells().values())
     assert len(rows) == 1 and rows[0]["status"] in ("completed", "budget_exhausted"), (rows, text)
     paper = smith(folder, protocol="paper", test_range="[:4]")

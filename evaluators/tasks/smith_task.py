@@ -204,7 +204,8 @@ class SmithTask(Task):
                                       f"smith-{self.config['name']} in sweep.tasks with smith_dir={self.folder.parent}")
         self.signature = evaluate_signature(self.folder)
         if not RANGE.match(str(test_range).strip()):
-            raise refuse(self.folder, f"test_range={test_range!r} must be a slice such as [:], [:100] or [82:]")
+            raise refuse(self.folder, f"test_range={test_range!r} must be a slice such as [:], [:100] or [82:] (on "
+                                      "the command line quoted, or Hydra reads a list: task.test_range='[:100]')")
         self.test_range, self.eval_file = str(test_range).strip(), eval_file
         self.eval_size, self.final_size, self.split_seed = int(eval_size), int(final_size), int(split_seed)
         self.eval_timeout_s = float(eval_timeout_s)
