@@ -257,3 +257,31 @@ def test_a_users_folder_runs_with_copy_base_under_both_protocols(run_sweep, cach
         correct += namespace["evaluate"](item["question"], got["completion"], item["answer"], **extra)
     assert rows[0]["baseline_score"] == (correct / 4) * 100
     assert correct > 0  # the `length` items' credit needs their extra keys (kind, weight) to reach evaluate
+
+
+def test_a_paper_cells_workspace_is_the_releases_for_a_folder(cache_dir, tmp_path):
+    """The release's setup_workspace for a smith benchmark: data (download_data's copy of train.jsonl), the folder's
+    description.md, the release's instructions.md, the folder's expose_files; TASK is smith-<name>."""
+    from types import SimpleNamespace
+
+    from contracts.release import release_root
+    from contracts.task_spec import TaskSpec
+    from orchestrator.agent_sides.release import benchmark, materialise_release, release_data
+
+    folder = write_folder(tmp_path, "lab_quiz", USER_EVAL, user_items(),
+                          {"name": "lab_quiz", "expose_files": ["eval.py", "missing.txt"]})
+    config = {**yaml.safe_load((ROOT / "conf" / "task" / "smith.yaml").read_text()), "path": str(folder),
+              "protocol": "paper"}
+    spec = TaskSpec.from_config(config)
+    assert benchmark(spec) == "smith-lab_quiz"
+    cell = SimpleNamespace(task=spec, task_name=spec.name, budget=SimpleNamespace(wall_time_s=60))
+    base_model = tmp_path / "model"
+    base_model.mkdir()
+    release = release_root(cache_dir)
+    workspace = materialise_release(tmp_path / "ws", cell, data_dir=release_data(spec, cache_dir),
+                                    base_model_dir=base_model, release_dir=release, started=0)
+    given = [json.loads(line) for line in (workspace / "data" / "train.jsonl").read_text().splitlines()]
+    assert given == user_items()
+    assert (workspace / "description.md").resolve() == folder / "description.md"
+    assert (workspace / "eval.py").resolve() == folder / "eval.py" and not (workspace / "missing.txt").exists()
+    assert (workspace / "instructions.md").resolve() == release / "core" / "instructions.md"
