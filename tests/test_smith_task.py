@@ -112,7 +112,8 @@ ITEMS = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(300)]
 BAD = {
     "no_config": (None, GOOD_EVAL, ITEMS, "no config.yaml"),
     "no_name": ({"eval_mode": "per_sample"}, GOOD_EVAL, ITEMS, "config.yaml has no `name:`"),
-    "unknown_mode": ({"name": "x", "eval_mode": "custom_model"}, GOOD_EVAL, ITEMS, "eval_mode='custom_model' is unknown"),
+    "unknown_mode": ({"name": "x", "eval_mode": "custom_model"}, GOOD_EVAL, ITEMS,
+                     "eval_mode='custom_model' is unknown"),
     "opencompass_other": ({"name": "x", "eval_mode": "opencompass", "opencompass_dataset": "mmlu"}, GOOD_EVAL, ITEMS,
                           "opencompass_dataset='mmlu', which a2rl does not grade"),
     "no_eval_py": ({"name": "x"}, None, ITEMS, "no eval.py"),
@@ -174,7 +175,7 @@ def test_smith_dir_folders_are_tasks_the_dry_run_lists_and_a_sweep_names(tmp_pat
     proc = dry_run(f"smith_dir={root}", "sweep.tasks=[smith-quiz]", f"output_dir={tmp_path / 'out'}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"smith_dir {root}: 2 benchmark folders as tasks: smith-gsm, smith-quiz" in proc.stdout
-    assert f"left out: eval_mode='custom_model' is unknown" in proc.stdout
+    assert "left out: eval_mode='custom_model' is unknown" in proc.stdout
     plan = [line.split() for line in proc.stdout.splitlines() if " copy_base " in line]
     assert [row[3:5] for row in plan] == [["smith-quiz", "a2rl"]], proc.stdout
     # the opencompass folder is a2rl's gsm8k task graded as the release grades it
@@ -203,7 +204,7 @@ def test_the_twin_makes_its_data_offline_in_the_cache_and_hides_its_graded_items
 
 # -- a folder nobody on the team wrote, end to end with copy_base --------------------------------------------------
 
-USER_EVAL = '''"""Grades a reply by kind: `length` items give credit for any reply (up to 40 characters), others exact."""
+USER_EVAL = '''"""Grades a reply by kind: `length` items credit any reply (up to 40 characters), others exact."""
 
 
 def evaluate(question, model_answer, reference, kind="exact", **extra):
