@@ -202,6 +202,18 @@ def test_the_twin_makes_its_data_offline_in_the_cache_and_hides_its_graded_items
     assert len(paper.eval_rows()) == 1452 and paper.messages(paper.eval_rows()[0]) == paper.eval_rows()[0]["prompt"]
 
 
+def test_an_eval_file_the_folder_provides_holds_the_graded_items(tmp_path):
+    folder = write_folder(tmp_path, "with_test", GOOD_EVAL, ITEMS[:50])
+    (folder / "data" / "test.jsonl").write_text("".join(json.dumps(i) + "\n" for i in ITEMS[100:130]))
+    task = smith(folder, eval_file="test.jsonl", eval_size=25, final_size=5)
+    assert [r["item"] for r in task.train_rows()] == ITEMS[:50]
+    graded = [r["item"] for r in task.eval_rows() + task.final_rows()]
+    assert len(task.eval_rows()) == 25 and len(task.final_rows()) == 5
+    assert sorted(graded, key=ITEMS.index) == ITEMS[100:130]
+    with pytest.raises(ConfigError, match="no data: .*nope.jsonl does not exist"):
+        smith(folder, eval_file="nope.jsonl")
+
+
 # -- a folder nobody on the team wrote, end to end with copy_base --------------------------------------------------
 
 USER_EVAL = '''"""Grades a reply by kind: `length` items credit any reply (up to 40 characters), others exact."""
