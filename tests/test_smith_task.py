@@ -202,6 +202,31 @@ def test_the_twin_makes_its_data_offline_in_the_cache_and_hides_its_graded_items
     assert len(paper.eval_rows()) == 1452 and paper.messages(paper.eval_rows()[0]) == paper.eval_rows()[0]["prompt"]
 
 
+def test_download_data_runs_at_prepare_and_a_gpu_sweep_refuses_to_start_before(cache_dir, tmp_path):
+    import io
+    import shutil
+
+    from orchestrator.artefacts import check_artefacts
+    from orchestrator.prepare import FETCHED, prepare_here
+    from orchestrator.sweep import expand
+    from tests.conftest import compose
+
+    folder = tmp_path / "arith"
+    shutil.copytree(TWIN, folder)
+    with (folder / "download_data.py").open("a") as f:
+        f.write(f"# {tmp_path.name}\n")  # a folder of its own: its data is not made yet in the session's cache
+    overrides = ["sweep=smoke", "sweep.agents=[copy_base]", "task=smith", f"task.path={folder}",
+                 f"cache_dir={cache_dir}", "logger=none", "sweep.budget.gpus=1"]
+    cells = expand(compose(overrides))
+    with pytest.raises(ConfigError, match="data of task smith is not on this machine, and this sweep reserves GPUs"):
+        check_artefacts(cells, cache_dir, emulated=False, allow_fetch_in_cells=False, out=io.StringIO())
+    rows = prepare_here(compose(overrides), io.StringIO())
+    [data] = [r for r in rows if r.artefact == "data of task smith"]
+    assert data.status == FETCHED, data
+    check_artefacts(cells, cache_dir, emulated=False, allow_fetch_in_cells=False, out=io.StringIO())
+    assert not (folder / "data").exists()  # made in the cache's copy of the folder
+
+
 def test_an_eval_file_the_folder_provides_holds_the_graded_items(tmp_path):
     folder = write_folder(tmp_path, "with_test", GOOD_EVAL, ITEMS[:50])
     (folder / "data" / "test.jsonl").write_text("".join(json.dumps(i) + "\n" for i in ITEMS[100:130]))
