@@ -102,7 +102,7 @@ def test_each_evaluate_is_limited_and_a_failure_is_that_items_zero_with_its_reas
     assert "not a number" in by_reply["text"]["error"] and by_reply["text"]["score"] == 0
     assert by_reply["nope"] == {"id": by_reply["nope"]["id"], "completion": "nope", "score": 0.0}
     # a score outside [0, 1]: a2rl's protocol scores it 0 and says why; the release adds it up as it is
-    assert by_reply["big"]["score"] == (0.0 if protocol == "a2rl" else 2.0)
+    assert by_reply["big"]["score"] == {"a2rl": 0.0, "paper": 2.0}[protocol]
 
 
 # -- bad folders -------------------------------------------------------------------------------------------------
