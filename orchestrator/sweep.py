@@ -138,8 +138,7 @@ def smith_tasks(smith_dir: str | None) -> dict[str, dict]:
         return {}
     from evaluators.tasks.smith_task import discover
 
-    base = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "task" / "smith.yaml"))  # its `path: ???` set per folder
-    found, _ = discover(smith_dir, base)
+    found, _ = discover(smith_dir, load_named("task", "smith", "smith_dir"))
     for name, data in found.items():
         if "opencompass" in data:  # a2rl's task for that OpenCompass dataset, graded as the release grades it
             found[name] = {**load_named("task", data["opencompass"], f"smith_dir ({name})"), "name": name,

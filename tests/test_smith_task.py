@@ -103,6 +103,8 @@ def test_each_evaluate_is_limited_and_a_failure_is_that_items_zero_with_its_reas
     assert by_reply["nope"] == {"id": by_reply["nope"]["id"], "completion": "nope", "score": 0.0}
     # a score outside [0, 1]: a2rl's protocol scores it 0 and says why; the release adds it up as it is
     assert by_reply["big"]["score"] == {"a2rl": 0.0, "paper": 2.0}[protocol]
+    assert sorted(p.name for p in (tmp_path / "hostile").iterdir()) == ["config.yaml", "data", "description.md",
+                                                                       "eval.py"]  # nothing written into it
 
 
 # -- bad folders -------------------------------------------------------------------------------------------------

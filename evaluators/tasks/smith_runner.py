@@ -61,12 +61,13 @@ def child(eval_py: str) -> None:
 
 
 class _Child:
-    """One child process and its stdout, read line by line with a deadline."""
+    """One child process and its stdout, read line by line with a deadline. (-B: no __pycache__ written into the
+    benchmark's folder.)"""
 
     def __init__(self, eval_py: Path, cwd: Path):
-        self.proc = subprocess.Popen([sys.executable, "-I", __file__, str(eval_py)], cwd=cwd, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen([sys.executable, "-I", "-B", __file__, str(eval_py)], cwd=cwd,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, bufsize=1, start_new_session=True)
         self.buffer = ""
         self.dead = False  # its stdout closed
 

@@ -186,7 +186,7 @@ class SmithTask(Task):
                     "answer": "the item's answer (JSON when it is not text)",
                     "completion": "the same, as a reply to learn", "item": "the folder's item as it is"}
 
-    def __init__(self, spec: TaskSpec, *, path: str, test_range: str = "[:]", eval_file: str | None = None,
+    def __init__(self, spec: TaskSpec, *, path: str | None, test_range: str = "[:]", eval_file: str | None = None,
                  eval_size: int = 200, final_size: int = 0, split_seed: int = 0, eval_timeout_s: float = 10.0):
         """path: the benchmark folder. test_range: paper only, the slice of data/train.jsonl graded (the release's
         run_eval argument, `[:]` as its server passes it). a2rl only: eval_file, a file of the folder holding the
@@ -195,6 +195,9 @@ class SmithTask(Task):
         eval_timeout_s: the limit of one evaluate call."""
         super().__init__(spec)
         self.__class__ = self.variants.get(spec.protocol, type(self))  # the protocol's class (its values below)
+        if not path:
+            raise ConfigError(f"task {spec.name}: task.path is required: a benchmark folder in the rl-smith layout "
+                              "(e.g. task.path=evaluators/tasks/smith_benchmarks/arith, a2rl's offline twin)")
         self.folder = Path(path).expanduser().resolve()
         self.config = read_config(self.folder)
         if self.config.get("eval_mode", "per_sample") != "per_sample":
