@@ -187,6 +187,8 @@ def test_smith_dir_folders_are_tasks_the_dry_run_lists_and_a_sweep_names(tmp_pat
     assert gsm["cls"] == "gsm8k" and gsm["protocol"] == "paper" and gsm["name"] == "smith-gsm"
     proc = dry_run(f"smith_dir={root}", "sweep.tasks=[smith-nope]", f"output_dir={tmp_path / 'out'}")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "smith-nope" in proc.stderr
+    proc = dry_run(f"smith_dir={root}", "task=smith-quiz", f"output_dir={tmp_path / 'out'}")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "sweep.tasks=[smith-quiz]" in proc.stderr
 
 
 # -- the shipped twin --------------------------------------------------------------------------------------------
