@@ -110,7 +110,7 @@ def test_each_evaluate_is_limited_and_a_failure_is_that_items_zero_with_its_reas
 # -- bad folders -------------------------------------------------------------------------------------------------
 
 GOOD_EVAL = "def evaluate(question, model_answer, reference, **extra):\n    return float(model_answer == reference)\n"
-ITEMS = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(300)]
+ITEMS = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(500)]  # more than conf's 200 + 200 hidden
 BAD = {
     "no_config": (None, GOOD_EVAL, ITEMS, "no config.yaml"),
     "no_name": ({"eval_mode": "per_sample"}, GOOD_EVAL, ITEMS, "config.yaml has no `name:`"),
@@ -127,6 +127,7 @@ BAD = {
     "extra_not_taken": ({"name": "x"}, "def evaluate(question, model_answer, reference):\n    return 1.0\n",
                         [{"question": "q", "answer": "a", "topic": "t"}], "evaluate cannot take its other keys"),
     "score_above_one": ({"name": "x"}, "def evaluate(q, m, r, **e):\n    return 5\n", ITEMS, "5, outside [0, 1]"),
+    "too_few_items": ({"name": "x"}, GOOD_EVAL, ITEMS[:40], "eval_size + final_size = 400 of its 40 items"),
     "score_not_a_number": ({"name": "x"}, "def evaluate(q, m, r, **e):\n    return 'yes'\n", ITEMS, "not a number"),
 }
 
@@ -241,6 +242,8 @@ def test_an_eval_file_the_folder_provides_holds_the_graded_items(tmp_path):
     assert sorted(graded, key=ITEMS.index) == ITEMS[100:130]
     with pytest.raises(ConfigError, match="no data: .*nope.jsonl does not exist"):
         smith(folder, eval_file="nope.jsonl")
+    with pytest.raises(ConfigError, match=r"test_range=\[60:\] of its 50 items is empty"):
+        smith(folder, protocol="paper", test_range="[60:]")
 
 
 # -- a folder nobody on the team wrote, end to end with copy_base --------------------------------------------------

@@ -260,8 +260,7 @@ class SmithTask(Task):
         """Every item well-formed, and evaluate on the first few given their own answers a number in [0, 1]: one
         line naming the folder and what is wrong, before any cell starts."""
         items = self.items()
-        if self.eval_file:
-            self.items(self.eval_file)
+        self._split()  # the splits' sizes fit the data
         problem = _probe(str(self.folder / "eval.py"), json.dumps(items[:PROBE_ITEMS]), self.eval_timeout_s)
         if problem:
             raise refuse(self.folder, problem)
@@ -362,6 +361,14 @@ class SmithPaperTask(SmithTask):
 
     def make_train_rows(self) -> list[dict]:
         return [self.row("train", i, item) for i, item in enumerate(self.items())]
+
+    def _split(self) -> tuple[list[dict], list[dict], list[dict]]:
+        """(train, graded, []): all of data/train.jsonl, and its test_range slice."""
+        items = self.items()
+        start, stop = (int(x) if x else None for x in RANGE.match(self.test_range).groups())
+        if not items[start:stop]:
+            raise refuse(self.folder, f"test_range={self.test_range} of its {len(items)} items is empty")
+        return items, items[start:stop], []
 
     def make_hidden_rows(self) -> tuple[list[dict], list[dict]]:
         """The agent's own train.jsonl sliced by test_range (the release grades the workspace's data)."""
