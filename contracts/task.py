@@ -42,6 +42,7 @@ class Task:
     # the files of the benchmark's folder a paper cell's workspace links beside description.md and instructions.md.
     original_benchmark: str | None = None
     original_exposed: tuple[str, ...] = ()
+    bench_dir: Path | None = None  # the benchmark's folder, where not the release's benchmarks/<original_benchmark>
     _data_path: str | None = None  # the config's data_path (see the data_path property)
 
     def __init__(self, spec: TaskSpec):

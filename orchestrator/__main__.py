@@ -26,7 +26,9 @@ def check_group_overrides(argv: list[str]) -> None:
     for arg in argv:
         key, sep, value = arg.lstrip("+~").partition("=")
         if sep and key in GROUPS and value not in ("null", "") and not (CONF_DIR / key / f"{value}.yaml").exists():
-            raise ConfigError(f"unknown {key} {value!r}; known {key}s: {', '.join(known(key))}")
+            folder = (f" (a benchmark folder under smith_dir is named in the sweep: sweep.tasks=[{value}], or alone: "
+                      "task=smith task.path=FOLDER)") if key == "task" and value.startswith("smith-") else ""
+            raise ConfigError(f"unknown {key} {value!r}; known {key}s: {', '.join(known(key))}{folder}")
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")

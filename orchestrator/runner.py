@@ -20,7 +20,7 @@ from orchestrator.preflight import (EMULATED_GPU, check_agents_python, check_nod
                                      check_agent_sides, check_stand_ins, check_tasks, check_vllm, check_writable,
                                      driver_keys, resources_of)
 from orchestrator.records import reconcile
-from orchestrator.sweep import check_cluster, expand
+from orchestrator.sweep import check_cluster, expand, smith_lines
 
 
 @dataclass
@@ -169,6 +169,8 @@ def run_sweep(cfg: DictConfig, out=sys.stdout) -> Plan:
         rows = Ledger(layout.ledger).cells() if layout.ledger.exists() else {}
         plan = make_plan(cells, rows, cfg.rerun_errored)
         print_plan(plan, emulated, out)
+        for line in smith_lines(cfg.get("smith_dir")):  # the benchmark folders a sweep can name
+            print(line, file=out)
         print_services_and_missing(cfg, plan, out)
         return plan
 

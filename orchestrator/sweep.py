@@ -132,10 +132,43 @@ def compatible_drivers(agent: AgentSpec, drivers: list[DriverSpec]) -> list[Driv
     return paired
 
 
-def task_config(name: str, inline: dict | None, selected: bool) -> dict:
+def smith_tasks(smith_dir: str | None) -> dict[str, dict]:
+    """The benchmark folders under smith_dir as tasks `smith-<name>` (evaluators/tasks/smith_task.discover)."""
+    if not smith_dir:
+        return {}
+    from evaluators.tasks.smith_task import discover
+
+    found, _ = discover(smith_dir, load_named("task", "smith", "smith_dir"))
+    for name, data in found.items():
+        if "opencompass" in data:  # a2rl's task for that OpenCompass dataset, graded as the release grades it
+            found[name] = {**load_named("task", data["opencompass"], f"smith_dir ({name})"), "name": name,
+                           "protocol": "paper"}
+    return found
+
+
+def smith_lines(smith_dir: str | None) -> list[str]:
+    """What the dry run says of smith_dir: its folders as tasks, and those left out with why."""
+    if not smith_dir:
+        return []
+    from evaluators.tasks.smith_task import discover
+
+    found, left_out = discover(smith_dir, {})
+    return [f"smith_dir {smith_dir}: {len(found)} benchmark folders as tasks: {', '.join(found) or 'none'}",
+            *(f"  left out: {reason}" for reason in left_out.values())]
+
+
+def task_config(name: str, inline: dict | None, selected: bool, smith_dir: str | None = None) -> dict:
     """A task listed by name, or inline in a sweep: an inline entry whose name has a conf/task file is that file
-    with the entry's fields on top (`{name: gsm8k, base_model: Qwen/Qwen2.5-1.5B}`), else a whole config."""
+    with the entry's fields on top (`{name: gsm8k, base_model: Qwen/Qwen2.5-1.5B}`), else a whole config. A name
+    `smith-<name>` without a file is a benchmark folder under smith_dir."""
     if inline is None:
+        if name.startswith("smith-") and not (CONF_DIR / "task" / f"{name}.yaml").exists():
+            found = smith_tasks(smith_dir)
+            if name not in found:
+                raise ConfigError(f"unknown task {name!r} in sweep.tasks: no benchmark folder named "
+                                  f"{name[len('smith-'):]!r} under smith_dir={smith_dir} (the folders there: "
+                                  f"{', '.join(found) or 'none'})")
+            return found[name]
         return load_named("task", name, "sweep.tasks")
     if selected or not (CONF_DIR / "task" / f"{name}.yaml").exists():
         return inline  # composed by Hydra already (task=NAME on the command line), or a task of its own
@@ -207,7 +240,8 @@ def expand(cfg: DictConfig) -> list[CellSpec]:
         where = "agent" if data is not None else f"sweep.agents ({name})"
         agents.append(agent_spec(data or load_named("agent", name, "sweep.agents"), where))
     drivers = [driver_spec(d or load_named("driver", n, "sweep.drivers")) for n, d in _names(cfg, "driver", "drivers")]
-    tasks = [check_task(task_config(n, d, cfg.get("task") is not None)) for n, d in _names(cfg, "task", "tasks")]
+    tasks = [check_task(task_config(n, d, cfg.get("task") is not None, cfg.get("smith_dir")))
+             for n, d in _names(cfg, "task", "tasks")]
     modes = modes_of(cfg)
     none_driver = DriverSpec(name="none")
 

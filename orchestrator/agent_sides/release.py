@@ -83,14 +83,19 @@ class ReleaseSide(AgentSide):
         env = agent_env(workspace, home=home, task=str(benchmark(cell.task)), base_model=name,
                         model_path=workspace / "models" / name, grading_url=f"http://127.0.0.1:{port}",
                         cpus=cell.budget.cpus)
+        folder = load_task(cell.task).bench_dir  # a benchmark folder outside the release (smith_task.py)
         return Opened(env=env, launch=ReleaseLaunch(self.name, release_dir), home=home,
-                      readonly=[release_dir, data_dir, *linked_from(data_dir)], forward=[("127.0.0.1", port)],
+                      readonly=[release_dir, data_dir, *linked_from(data_dir), *([folder] if folder else [])],
+                      forward=[("127.0.0.1", port)],
                       close=relay.close)
 
 
 def benchmark(task: TaskSpec) -> str | None:
-    """The task's benchmark in the release (None: the release has no such task)."""
-    return getattr(task_class(task.cls), "original_benchmark", None)
+    """The task's benchmark in the release (None: the release has no such task); a benchmark folder's is its own
+    (`smith-<name>`), so it is read from the task."""
+    if getattr(task_class(task.cls), "original_benchmark", None) is None:
+        return None
+    return load_task(task).original_benchmark
 
 
 def release_data(task: TaskSpec, cache_dir: Path) -> Path:
@@ -108,10 +113,11 @@ def materialise_release(workspace: Path, cell: CellSpec, *, data_dir: Path, base
     new_workspace(workspace, folders=("output", "reports"), model_link=f"models/{model_name(cell)}",
                   base_model_dir=base_model_dir, code_files=code_files)
     os.symlink(data_dir, workspace / "data", target_is_directory=True)
-    bench = release_dir / "benchmarks" / str(benchmark(cell.task))
+    task = load_task(cell.task)
+    bench = task.bench_dir or release_dir / "benchmarks" / str(task.original_benchmark)
     for name, source in [("description.md", bench / "description.md"),
                          ("instructions.md", release_dir / "core" / "instructions.md"),
-                         *[(name, bench / name) for name in task_class(cell.task.cls).original_exposed]]:
+                         *[(name, bench / name) for name in task.original_exposed]]:
         if source.exists():  # as the release's ensure_symlink: a missing source is no link
             os.symlink(source, workspace / name)
     write_run_meta(workspace, run_meta(int(started), int(cell.budget.wall_time_s)))  # as init_run_meta writes it
