@@ -170,6 +170,7 @@ def expand_overrides(overrides: list[str]) -> dict:
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
+    from contracts import registry
     from orchestrator.sweep import expand
 
     try:
@@ -177,6 +178,7 @@ def expand_overrides(overrides: list[str]) -> dict:
             cfg = compose(config_name="config", overrides=overrides)
     except HydraException as e:
         raise ConfigError(str(e).splitlines()[0]) from None
+    registry.search(*(cfg.get("imports") or []))  # the user's own task classes, as the sweep imports them
     return {c.cell_id: c for c in expand(cfg)}
 
 
