@@ -69,7 +69,7 @@ def report_main(cfg: DictConfig) -> None:
         path = write_report(cfg.output_dir, filters=filters, wandb_cfg=wandb_cfg,
                             summarizer=summarizer_from_config(cfg.analysis, cfg.driver_proxy),
                             auditor=summarizer_from_config(cfg.analysis, cfg.driver_proxy, "audit"),
-                            seed_targets=Targets(**(to_plain(cfg.analysis.get("seeds")) or {})))
+                            seed_targets=Targets(**to_plain(cfg.analysis.seeds)))
     except (ConfigError, FileNotFoundError) as e:
         print(f"a2rl: {e}", file=sys.stderr)
         sys.exit(2)

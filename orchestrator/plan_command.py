@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from omegaconf import OmegaConf
-
 from contracts.specs import ConfigError
 from orchestrator import manifest
 from orchestrator.analysis import seeds, tables
@@ -44,11 +42,6 @@ class Extension:
     @property
     def cells(self) -> int:
         return sum(len(s) for s in self.new_seeds.values())
-
-
-def defaults() -> dict:
-    """analysis.seeds in conf/config.yaml: the one place the targets' defaults are written."""
-    return dict(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml").analysis.seeds))
 
 
 def wanted_seeds(seed_table: pd.DataFrame, pairs: pd.DataFrame) -> tuple[dict[tuple, int], list[tuple]]:
@@ -188,7 +181,7 @@ OPTIONS = ("output_dir", "ci", "power", "delta", "assurance", "max_gpu_hours")
 
 
 def parse(argv: list[str]) -> tuple[Path, seeds.Targets, float | None]:
-    given = defaults()
+    given: dict = {}
     output_dir, cap = None, None
     for arg in argv:
         key, sep, value = arg.partition("=")
@@ -210,7 +203,7 @@ def parse(argv: list[str]) -> tuple[Path, seeds.Targets, float | None]:
     if output_dir is None:
         raise ConfigError("plan needs output_dir=DIR: the folder a sweep wrote (it holds ledger.sqlite)")
     tables.ledger_path(output_dir)  # no ledger: one line that says what output_dir must be
-    return output_dir, seeds.Targets(**given), cap
+    return output_dir, seeds.Targets.configured(**given), cap
 
 
 def render(output_dir: Path, seed_table: pd.DataFrame, pairs: pd.DataFrame, ext: Extension,

@@ -47,7 +47,7 @@ def test_the_reports_t_interval_covers_at_its_nominal_rate(n):
     assert abs(covered - 0.95) <= tolerance(0.95), covered
     # and seeds_table's own numbers are these: one replication through the table
     cells = synthetic_cells({("t", "a", "none", "free"): x[0]})
-    row = seeds.seeds_table(cells, seeds.Targets()).iloc[0]
+    row = seeds.seeds_table(cells, seeds.Targets.configured()).iloc[0]
     assert row["ci_lo"] == pytest.approx(lo[0]) and row["ci_hi"] == pytest.approx(hi[0])
 
 
@@ -137,9 +137,9 @@ def test_a_pair_planned_from_three_pilot_seeds_reaches_its_power_at_its_assuranc
 
 def test_targets_are_checked():
     with pytest.raises(ConfigError, match="power=1.5"):
-        seeds.Targets(power=1.5)
+        seeds.Targets.configured(power=1.5)
     with pytest.raises(ConfigError, match="ci=0"):
-        seeds.Targets(ci=0)
+        seeds.Targets.configured(ci=0)
     assert seeds.seeds_per_arm(0.0, 1.0, 1.0) is None  # nothing to tell apart
     assert seeds.seeds_per_arm(1.0, 0.0, 0.0) == 2     # no spread: the fewest a t-test takes
 
@@ -167,7 +167,7 @@ def test_seeds_and_pairs_tables_give_the_known_answers():
     cells = synthetic_cells({("gsm8k", "claude_code", "claude", "free"): a,
                              ("gsm8k", "codex", "claude", "free"): b},
                             unfinished={("gsm8k", "codex", "claude", "free"): 1})
-    targets = seeds.Targets(ci=5, power=0.8, assurance=0.8)
+    targets = seeds.Targets.configured(ci=5, power=0.8, assurance=0.8)
     table = seeds.seeds_table(cells, targets).set_index("agent")
     up = 2.0 * math.sqrt(2 / sps.chi2.ppf(0.2, 2))
     assert table.loc["claude_code", "sd"] == pytest.approx(2.0)
@@ -185,7 +185,7 @@ def test_seeds_and_pairs_tables_give_the_known_answers():
     p = pairs.iloc[0]
     assert p["difference"] == pytest.approx(11.0) and p["delta"] == pytest.approx(11.0)
     assert p["seeds_per_arm"] == seeds.seeds_per_arm(11.0, up, 3.0 * math.sqrt(2 / sps.chi2.ppf(0.2, 2)), 0.8)
-    stated = seeds.pairs_table(seeds.seeds_table(cells, targets), seeds.Targets(delta=2.0)).iloc[0]
+    stated = seeds.pairs_table(seeds.seeds_table(cells, targets), seeds.Targets.configured(delta=2.0)).iloc[0]
     assert stated["delta"] == 2.0 and stated["seeds_per_arm"] > p["seeds_per_arm"]
 
 
@@ -243,7 +243,7 @@ def test_plan_extends_only_the_groups_that_need_seeds_and_its_command_adds_just_
     from orchestrator.plan_command import plan, render
 
     out, _ = planned_sweep
-    targets = seeds.Targets(ci=5, power=0.8)
+    targets = seeds.Targets.configured(ci=5, power=0.8)
     table, pairs, ext = plan(out, targets)
     need = table.set_index(["task", "agent"])
     assert need.loc[("anagrams", "sft"), "extra_for_ci"] == 0 and need.loc[("anagrams", "copy_base"),
@@ -284,7 +284,7 @@ def test_plan_on_a_sweep_whose_command_is_not_on_record_says_what_to_add(planned
     written = json.loads((copy / "manifest.json").read_text())
     written["overrides"] = None
     (copy / "manifest.json").write_text(json.dumps(written))
-    ext = plan(copy, seeds.Targets())[2]
+    ext = plan(copy, seeds.Targets.configured())[2]
     assert ext.command is None and "++sweep.extra_seeds=" in ext.problem and "does not make" in ext.problem
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -42,17 +43,29 @@ PAIR_COLUMNS = PAIR_KEY + ["agent_a", "agent_b", "runs_a", "runs_b", "mean_a", "
                            "extra_gpu_hours", "note"]
 
 
+CONFIG = Path(__file__).resolve().parents[2] / "conf" / "config.yaml"  # analysis.seeds: the targets' defaults
+
+
 @dataclass(frozen=True)
 class Targets:
     """What a plan aims at. ci: the 95% (level) CI half-width wanted, in the task's units; power: of telling two agents
     apart at two-sided alpha; delta: the difference to tell apart (None: each pair's observed one); assurance: the
-    confidence of the upper bound on each spread."""
-    ci: float = 5.0
-    power: float = 0.8
-    delta: float | None = None
-    assurance: float = 0.8
+    confidence of the upper bound on each spread. Their defaults are conf/config.yaml's analysis.seeds
+    (Targets.configured)."""
+    ci: float
+    power: float
+    delta: float | None
+    assurance: float
     level: float = 0.95
     alpha: float = 0.05
+
+    @classmethod
+    def configured(cls, **given) -> Targets:
+        """analysis.seeds from conf/config.yaml, with `given` on top (None values left out: the default stands)."""
+        from omegaconf import OmegaConf
+
+        defaults = OmegaConf.to_container(OmegaConf.load(CONFIG).analysis.seeds)
+        return cls(**{**defaults, **{k: v for k, v in given.items() if v is not None}})
 
     def __post_init__(self):
         for name in ("power", "assurance", "level", "alpha"):

@@ -32,13 +32,13 @@ def build(output_dir: str | Path, filters: dict | None = None, *, traces: bool =
     """The sweep's model. filters: tables.filter_cells'. traces: keep the agents' trace events (the report's Parquet
     and LLM analyses read them; no table does). write_reports: write each started cell's run report again (the
     report does); else each is read back when it is current, or computed without writing (a live viewer).
-    seed_targets: what the seeds tables plan for (seeds.py; default its Targets())."""
+    seed_targets: what the seeds tables plan for (seeds.py; default conf's analysis.seeds)."""
     output_dir = Path(output_dir)
     cells, events = tables.load(output_dir, filters, traces)
     cells, reports = with_run_reports(output_dir, cells, tables.events_by_cell(events), write_reports)
     analyses = compute_tables(cells, events, success_threshold=success_threshold, n_boot=n_boot, seed=seed)
     analyses["manifest"] = manifest.summary(output_dir)
-    analyses["seed_targets"] = seed_targets = seed_targets or seeds.Targets()
+    analyses["seed_targets"] = seed_targets = seed_targets or seeds.Targets.configured()
     analyses["tables"]["seeds"] = seeds.seeds_table(cells, seed_targets)  # how many seeds a claim needs (seeds.py)
     analyses["tables"]["seed_pairs"] = seeds.pairs_table(analyses["tables"]["seeds"], seed_targets)
     return SweepModel(output_dir, cells, events, reports, analyses)
