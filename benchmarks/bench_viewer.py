@@ -7,9 +7,13 @@ The sweep is synthetic but written as a sweep writes it: through the Ledger clas
 run reports and a code snapshot repository, so every loader the pages use reads real files. Times are ms from
 navigation, as the page measures them: text = drawn and usable (body[data-ready]: the cells table, a transcript
 page); plotly = plotly.js loaded, which starts only then; plots = drawn (body[data-plotted]). "Cold" is a fresh
-browser's first visit, "warm" the same page again in the same tab. The server is `python -m orchestrator view` in its
-own process, timed once its sweep data (the report's tables, 10,000-sample bootstrap) is ready: it computes them at
-start and again in the background when the ledger moves on. Needs /usr/bin/chromium (apt-get install chromium).
+browser's first visit, "warm" the same page again in the same tab; each is the median of --repeats visits, the
+variants taken in turn so that a busy machine slows them alike. The static copy is timed twice side by side: as the
+viewer ships it (plotly.js's cartesian bundle, 1.5 MB) and, where the plotly package is installed, with the whole of
+plotly.js (4.8 MB, what the viewer served before) in the bundle's place: the same pages, only the script differs. The
+server is `python -m orchestrator view` in its own process, timed once its sweep data (the report's tables,
+10,000-sample bootstrap) is ready: it computes them at start and again in the background when the ledger moves on.
+Needs /usr/bin/chromium (apt-get install chromium).
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ import argparse
 import json
 import os
 import random
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -156,10 +162,24 @@ def start_view(out: Path) -> tuple[subprocess.Popen, str]:
     return proc, base
 
 
+def whole_plotly(viewer: Path, target: Path) -> Path | None:
+    """A copy of the static viewer with the whole of plotly.js (the plotly package's) in the bundle's place; None
+    without the plotly package."""
+    try:
+        import plotly
+    except ImportError:
+        return None
+    shutil.copytree(viewer, target)
+    bundle = next((target / "assets").glob("plotly*.min.js"))
+    shutil.copyfile(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", bundle)
+    return target
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, default=270)
     parser.add_argument("--trace-events", type=int, default=50_000)
+    parser.add_argument("--repeats", type=int, default=3, help="visits per page and variant (the median is shown)")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -178,34 +198,56 @@ def main() -> None:
         size = sum(p.stat().st_size for p in index.parent.rglob("*") if p.is_file())
         print(f"static copy written in {time.perf_counter() - t0:.1f} s ({size / 1e6:.1f} MB, "
               f"{sum(1 for _ in index.parent.rglob('*.html'))} pages)")
+        old = whole_plotly(index.parent, Path(tmp) / "viewer-whole-plotly")
+        bundles = {p.name: p.stat().st_size / 1e6 for p in (index.parent / "assets").glob("plotly*.min.js")}
+        print("plotly.js: " + ", ".join(f"{n} {mb:.1f} MB" for n, mb in bundles.items())
+              + (" as shipped; the whole of it (the plotly package's plotly.min.js) in its place for the old figure"
+                 if old else "; no plotly package: no old figure"))
         t0 = time.perf_counter()
         server, base = start_view(out)
         print(f"server: the sweep's data (its report tables) ready {time.perf_counter() - t0:.1f} s after `view` "
               f"started; pages below are timed after that, as a reader coming to a running `view` finds it")
         pages = {"sweep page": ("index.html", f"{len(made['cells'])} cells"),
                  "cell page": (f"cell-{made['big']}.html", f"{args.trace_events} trace events")}
-        rows = []
+        variants = {"static, cartesian": index.parent.as_uri() + "/", "server, cartesian": base}
+        if old:
+            variants["static, whole plotly"] = old.as_uri() + "/"
+        visits: dict[tuple[str, str], list] = {}
         with sync_playwright() as p:
-            for where, root in (("static (file://)", index.parent.as_uri() + "/"), ("server (view)", base)):
-                for name, (path, what) in pages.items():
-                    browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-                    try:
-                        tab = browser.new_page(viewport={"width": 1400, "height": 1000})
-                        cold, warm = open_page(tab, root + path), open_page(tab, root + path)
-                    finally:
-                        browser.close()
-                    rows.append((f"{name} ({what})", where, cold, warm))
+            for _ in range(args.repeats):
+                for where, root in variants.items():
+                    for name, (path, _what) in pages.items():
+                        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                        try:
+                            tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+                            cold, warm = open_page(tab, root + path), open_page(tab, root + path)
+                        finally:
+                            browser.close()
+                        visits.setdefault((name, where), []).append((cold, warm))
         server.terminate()
         server.wait()
-        print("\nms from navigation: text = the page is drawn and usable (tables, transcript page); plotly = plotly.js "
-              "loaded (after text); plots = drawn")
-        print(f"{'page':<38} {'from':<17} {'cold: text':>11} {'plotly':>8} {'plots':>8} {'warm: text':>11} "
+
+        def median(runs, which, key):
+            return statistics.median(r[which][key] for r in runs)
+
+        print(f"\nms from navigation, median of {args.repeats}: text = the page is drawn and usable (tables, "
+              "transcript page); plotly = plotly.js loaded (after text); plots = drawn")
+        print(f"{'page':<38} {'from':<21} {'cold: text':>11} {'plotly':>8} {'plots':>8} {'warm: text':>11} "
               f"{'plotly':>8} {'plots':>8}")
-        for name, where, cold, warm in rows:
-            print(f"{name:<38} {where:<17} {cold['ready']:>11.0f} {cold['plotly']:>8.0f} {cold['plotted']:>8.0f} "
-                  f"{warm['ready']:>11.0f} {warm['plotly']:>8.0f} {warm['plotted']:>8.0f}")
-        errors = [e for *_, cold, warm in rows for e in cold["errors"] + warm["errors"]]
+        for (name, where), runs in visits.items():
+            what = pages[name][1]
+            print(f"{name + ' (' + what + ')':<38} {where:<21} "
+                  + " ".join(f"{median(runs, i, k):>{w}.0f}" for i in (0, 1)
+                             for k, w in (("ready", 11), ("plotly", 8), ("plotted", 8))))
+        if old:
+            for name in pages:
+                new_ms = median(visits[name, "static, cartesian"], 0, "plotted")
+                old_ms = median(visits[name, "static, whole plotly"], 0, "plotted")
+                print(f"{name}: plots shown cold from file:// {old_ms / 1000:.2f} s with the whole of plotly.js, "
+                      f"{new_ms / 1000:.2f} s with the cartesian bundle ({old_ms / new_ms:.1f}x sooner)")
+        errors = [e for runs in visits.values() for cold, warm in runs for e in cold["errors"] + warm["errors"]]
         print("\nscript errors: " + (json.dumps(errors) if errors else "none"))
+        print(f"load average at the end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ def sweep_main(cfg: DictConfig) -> None:
 def report_main(cfg: DictConfig) -> None:
     from contracts.specs import to_plain
     from orchestrator.analysis.run_summary import summarizer_from_config
+    from orchestrator.analysis.seeds import Targets
     from orchestrator.callbacks import wandb_mode
     from orchestrator.report_command import write_report
 
@@ -67,7 +68,8 @@ def report_main(cfg: DictConfig) -> None:
     try:
         path = write_report(cfg.output_dir, filters=filters, wandb_cfg=wandb_cfg,
                             summarizer=summarizer_from_config(cfg.analysis, cfg.driver_proxy),
-                            auditor=summarizer_from_config(cfg.analysis, cfg.driver_proxy, "audit"))
+                            auditor=summarizer_from_config(cfg.analysis, cfg.driver_proxy, "audit"),
+                            seed_targets=Targets(**to_plain(cfg.analysis.seeds)))
     except (ConfigError, FileNotFoundError) as e:
         print(f"a2rl: {e}", file=sys.stderr)
         sys.exit(2)
@@ -86,6 +88,14 @@ def prepare_main(cfg: DictConfig) -> None:
         sys.exit(2)
 
 
+def plan_main() -> None:
+    """How many more seeds each group needs, and the command that runs them (`plan output_dir=DIR [ci=5] ...`;
+    orchestrator/plan_command.py)."""
+    from orchestrator.plan_command import plan_main as plan
+
+    plan()
+
+
 def view_main() -> None:
     """Serve a sweep's viewer on loopback (`view output_dir=DIR [host=...] [port=...]`; orchestrator/viewer/)."""
     from orchestrator.viewer.server import view_main as serve
@@ -94,7 +104,7 @@ def view_main() -> None:
 
 
 # `python -m orchestrator <subcommand> [overrides]`; no subcommand runs a sweep.
-SUBCOMMANDS = {"report": report_main, "prepare": prepare_main, "view": view_main}
+SUBCOMMANDS = {"report": report_main, "prepare": prepare_main, "view": view_main, "plan": plan_main}
 
 
 def main() -> None:

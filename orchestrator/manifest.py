@@ -162,6 +162,7 @@ def build(cfg, cells, cache_dir: Path, cluster_resources: dict | None = None) ->
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "a2rl": a2rl_version(),
         "sweep": cfg.sweep.name,
+        "overrides": command_overrides(),
         "config": to_plain(cfg),
         "cells": [{"cell_id": c.cell_id, "agent": c.agent.name, "driver": c.driver.name, "task": c.task_name,
                    "mode": c.mode_name, "seed": c.seed} for c in cells],
@@ -184,6 +185,14 @@ def downloads_lock(cells, cache_dir: Path) -> dict:
 
     here = lock.entries(sweep_artefacts(cells, cache_dir))
     return {**here, "fingerprint": lock.fingerprint(here), "lock_file": str(lock.lock_path(cache_dir))}
+
+
+def command_overrides() -> list[str] | None:
+    """The command line's overrides (`sweep=demo output_dir=...`), as Hydra parsed them: what `plan` repeats to extend
+    the sweep (orchestrator/plan_command.py). None: the sweep was not started from the command line."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
 
 
 def flatten(value, prefix: str = "") -> dict:

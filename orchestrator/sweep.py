@@ -85,6 +85,37 @@ def seeds_of(sweep: DictConfig) -> list[int]:
     return seeds
 
 
+EXTRA_SEED_KEYS = ("task", "agent", "driver", "mode", "seeds")
+
+
+def extra_seeds_of(sweep: DictConfig, seeds: list[int]) -> dict[tuple[str, str, str, str], list[int]]:
+    """sweep.extra_seeds: more seeds for some groups only, beside sweep.seeds for all (what `python -m orchestrator
+    plan` prints). Each entry names a group, {task, agent, driver (none for a reference agent), mode (default free),
+    seeds: [...]}; returns {(task, agent, driver, mode): seeds}."""
+    entries = to_plain(sweep.get("extra_seeds")) or []
+    if not isinstance(entries, list):
+        raise ConfigError(f"sweep.extra_seeds={entries!r} must be a list of {{task, agent, driver, mode, seeds}}")
+    out: dict[tuple[str, str, str, str], list[int]] = {}
+    for i, entry in enumerate(entries):
+        where = f"sweep.extra_seeds[{i}]"
+        if not isinstance(entry, dict) or not {"task", "agent", "seeds"} <= set(entry) or set(entry) - set(
+                EXTRA_SEED_KEYS):
+            raise ConfigError(f"{where}={entry!r} must name task, agent, seeds and optionally driver and mode, e.g. "
+                              "{task: gsm8k, agent: sft, driver: none, mode: free, seeds: [3, 4]}")
+        extra = entry["seeds"]
+        if not isinstance(extra, list) or not extra or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                               for s in extra):
+            raise ConfigError(f"{where}.seeds={extra!r} must be a non-empty list of integers")
+        key = (str(entry["task"]), str(entry["agent"]), str(entry.get("driver") or "none"),
+               str(entry.get("mode") or "free"))
+        both = sorted(s for s in set(extra) if extra.count(s) > 1 or s in seeds or s in out.get(key, []))
+        if both:
+            raise ConfigError(f"{where}: seeds {both} are listed twice for {'/'.join(key)} (sweep.seeds {seeds} are "
+                              "every group's already); list each extra seed once")
+        out[key] = out.get(key, []) + list(extra)
+    return out
+
+
 def budget_of(cfg: DictConfig) -> Budget:
     merged = dict(to_plain(cfg.budget) or {})
     merged.update(to_plain(cfg.sweep.get("budget")) or {})
@@ -234,6 +265,7 @@ def expand(cfg: DictConfig) -> list[CellSpec]:
         raise ConfigError(f"no sweep selected; use sweep=NAME with one of: {', '.join(known('sweep'))}")
     budget = budget_of(cfg)
     seeds = seeds_of(cfg.sweep)
+    extra_seeds = extra_seeds_of(cfg.sweep, seeds)
 
     agents = []
     for name, data in _names(cfg, "agent", "agents"):
@@ -259,9 +291,14 @@ def expand(cfg: DictConfig) -> list[CellSpec]:
                 paired = [none_driver]  # reference agents need no LLM: one cell, not one per driver
             for driver in paired:
                 for mode in modes:
-                    for seed in seeds:
+                    group = (spec.name, agent.name, driver.name, (mode or {}).get("name") or "free")
+                    for seed in seeds + extra_seeds.pop(group, []):
                         cells.append(CellSpec(agent=agent, driver=driver, task=spec, seed=seed, budget=budget,
                                               sweep=str(cfg.sweep.name), mode=mode))
+    if extra_seeds:  # an entry that names no group of the sweep would add nothing: say so, do not ignore it
+        groups = sorted({f"{c.task_name}/{c.agent.name}/{c.driver.name}/{c.mode_name}" for c in cells})
+        raise ConfigError(f"sweep.extra_seeds names {', '.join('/'.join(k) for k in extra_seeds)}, not a group of "
+                          f"this sweep (task/agent/driver/mode); its groups: {', '.join(groups)}")
     ids = [c.cell_id for c in cells]
     if len(set(ids)) != len(ids):
         raise ConfigError("the sweep lists the same cell twice (duplicate agents, tasks, drivers or modes)")

@@ -1,6 +1,7 @@
 """SIGKILL the orchestrator mid-sweep: nothing recorded is lost, and the same command finishes only the rest."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -71,5 +72,7 @@ def test_sigkill_mid_sweep_then_resume_runs_only_the_rest(cache_dir, tmp_path):
     events = Ledger(ledger_path).events(cell_id=rerun[0]["cell_id"])
     assert {e["attempt"] for e in events} == {1, 2}
     assert f"{4 - len(finished_before)} to run" in second.stdout
+    # the manifest holds the command line as Hydra read it: what `plan` repeats to extend the sweep (plan_command.py)
+    assert json.loads((out / "manifest.json").read_text())["overrides"] == cmd[3:]
     # Ray's agents that outlived the killed cluster were reaped when the next local cluster started
     assert not [p for p in lingering if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], lingering

@@ -173,6 +173,30 @@ def test_report_markdown_figures_and_exports(synthetic_sweep):
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
 
 
+def test_report_has_the_seeds_section_with_the_spread_and_the_seeds_needed(synthetic_sweep):
+    """The seeds each group needs (orchestrator/analysis/seeds.py; tests/test_seeds.py checks its statistics by
+    simulation): t1/sft's three runs give a spread and a plan, t2/sft's one run (and its pending cell) do not."""
+    from scipy import stats as sps
+
+    out, report_dir, _ = synthetic_sweep
+    table = pd.read_parquet(report_dir / "seeds.parquet").set_index(["task", "agent"])
+    sd = np.std([0.1, 0.3, 0.0], ddof=1)
+    row = table.loc[("t1", "sft")]
+    assert row["runs"] == 3 and row["sd"] == pytest.approx(sd)
+    assert row["sd_up"] == pytest.approx(sd * np.sqrt(2 / sps.chi2.ppf(0.2, 2)))  # conf: analysis.seeds.assurance
+    assert row["seeds_for_ci"] == 2 and row["extra_for_ci"] == 0  # ±5 points: these runs are well inside it
+    assert row["gpu_hours_per_cell"] == 0.0  # the synthetic budgets reserve no GPU
+    one = table.loc[("t2", "sft")]
+    assert one["runs"] == 1 and one["unfinished"] == 1 and one["note"].startswith("one run")
+    pairs = pd.read_parquet(report_dir / "seed_pairs.parquet")
+    t1 = pairs[pairs["task"] == "t1"].iloc[0]
+    assert (t1["agent_a"], t1["agent_b"]) == ("copy_base", "sft") and t1["difference"] == pytest.approx(0.4 / 3)
+    md = (report_dir / "report.md").read_text()
+    assert "## Seeds: the spread between them, and how many a claim needs (CI ±5, power 80%)" in md
+    assert f"| t1 | sft | none | free | 3 | +0.133 | {sd:.3f} |" in md
+    assert "python -m orchestrator plan output_dir=" in md
+
+
 def test_cell_reports_written_beside_the_ledger(synthetic_sweep):
     out, _, specs = synthetic_sweep
     first = json.loads((out / "cells" / specs["t1", "sft", 0].cell_id / "report.json").read_text())

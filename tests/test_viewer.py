@@ -168,6 +168,10 @@ def test_static_pages_show_the_sweep_its_cells_and_groups(real_sweep, browser):
     v.page.wait_for_selector("#curves .main-svg")  # the curves, drawn by plotly from the report's own curve data
     assert v.page.locator("#heatmap .plot-container").count() == 1
     assert "improvement" in v.text("#tables")
+    # the seeds each group needs (analysis/seeds.py), as report.md's Seeds section gives them (no pair of agents:
+    # copy_base and claude_code run on different drivers)
+    assert v.page.locator("details[data-table=seeds]").count() == 1
+    assert v.page.locator("details[data-table=seed_pairs]").count() == 0
     v.close()
 
     copy = cells["copy_base"]["cell_id"]
@@ -396,6 +400,21 @@ def test_a_live_page_follows_the_ledger(long_trace, browser, tmp_path):
 
 
 # -- without a browser -------------------------------------------------------------------------------------------
+
+def test_the_shipped_plotly_bundle_draws_every_trace_type_the_pages_use():
+    """The viewer ships plotly.js's cartesian bundle, not the whole library (a third of its size, so plots open in
+    under 2 s: benchmarks/bench_viewer.py): a trace type the page script uses must be one the bundle registers, or its
+    plot would not be drawn."""
+    from orchestrator.viewer.site import ASSETS
+
+    script = (ASSETS / "viewer.js").read_text()
+    bundle = re.search(r'const PLOTLY = "assets/([^"]+)"', script).group(1)
+    registered = set(re.findall(r'moduleType:"trace",name:"(\w+)"', (ASSETS / bundle).read_text()))
+    inputs = {"checkbox", "search", "text"}  # <input type=...>, not traces
+    used = set(re.findall(r'type: "(\w+)"', script)) - inputs
+    assert used == {"scatter", "heatmap"} and used <= registered, (used, registered)
+    assert (ASSETS / "plotly-cartesian.LICENSE.txt").read_text().startswith("MIT License")
+
 
 def test_secrets_are_masked_by_value_and_by_look():
     m = Masker({"tok-abcdefghijklmnop"})

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.analysis import audit, run_report, run_summary, tables
+from orchestrator.analysis import audit, run_report, run_summary, seeds, tables
 from orchestrator.analysis.formats import MISSING, fmt
 from orchestrator.analysis.markdown import md_table
 
@@ -303,6 +303,8 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
         lines += ["No finished cells yet.", ""]
 
     lines += _cost_section(imp)
+    if "seeds" in t:
+        lines += seeds.markdown(t["seeds"], t["seed_pairs"], out["seed_targets"])
     lines += ["## Pooled across tasks (SE clustered by task)", ""]
     pooled = t["pooled"]
     if len(pooled):

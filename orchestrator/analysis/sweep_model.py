@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator import manifest
-from orchestrator.analysis import cost, curves, run_report, stats, tables
+from orchestrator.analysis import cost, curves, run_report, seeds, stats, tables
 
 GROUP = tables.GROUP
 
@@ -23,19 +23,24 @@ class SweepModel:
     cells: pd.DataFrame        # tables.load's cells, with each cell's outcome_class, mode_violation, judge_agreement
     events: pd.DataFrame       # tables.load's events (without the agents' traces when built with traces=False)
     reports: dict[str, dict]   # each started cell's run report, by cell id
-    analyses: dict             # compute_tables: progress, curves, tables; and the sweep's manifest summary
+    analyses: dict             # compute_tables: progress, curves, tables; the sweep's manifest summary; seed_targets
 
 
 def build(output_dir: str | Path, filters: dict | None = None, *, traces: bool = True, write_reports: bool = False,
-          success_threshold: float = 0.0, n_boot: int = 10_000, seed: int = 0) -> SweepModel:
+          success_threshold: float = 0.0, n_boot: int = 10_000, seed: int = 0,
+          seed_targets: seeds.Targets | None = None) -> SweepModel:
     """The sweep's model. filters: tables.filter_cells'. traces: keep the agents' trace events (the report's Parquet
     and LLM analyses read them; no table does). write_reports: write each started cell's run report again (the
-    report does); else each is read back when it is current, or computed without writing (a live viewer)."""
+    report does); else each is read back when it is current, or computed without writing (a live viewer).
+    seed_targets: what the seeds tables plan for (seeds.py; default conf's analysis.seeds)."""
     output_dir = Path(output_dir)
     cells, events = tables.load(output_dir, filters, traces)
     cells, reports = with_run_reports(output_dir, cells, tables.events_by_cell(events), write_reports)
     analyses = compute_tables(cells, events, success_threshold=success_threshold, n_boot=n_boot, seed=seed)
     analyses["manifest"] = manifest.summary(output_dir)
+    analyses["seed_targets"] = seed_targets = seed_targets or seeds.Targets.configured()
+    analyses["tables"]["seeds"] = seeds.seeds_table(cells, seed_targets)  # how many seeds a claim needs (seeds.py)
+    analyses["tables"]["seed_pairs"] = seeds.pairs_table(analyses["tables"]["seeds"], seed_targets)
     return SweepModel(output_dir, cells, events, reports, analyses)
 
 

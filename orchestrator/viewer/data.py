@@ -32,6 +32,11 @@ TABLE_VIEWS = {
     "held_out": ["task", "agent", "driver", "mode", "n", "mean", "se", "mean_gap", "feedback_mean"],
     "pooled": ["agent", "driver", "n", "n_clusters", "mean", "clustered_se", "anchored_mean", "anchored_clustered_se"],
     "pass_at_k": None, "best_of_k": None, "failure_classes": None, "references": None,
+    # how many seeds a claim needs (analysis/seeds.py: report.md's Seeds section)
+    "seeds": ["task", "agent", "driver", "mode", "runs", "mean", "sd", "sd_up", "ci_lo", "ci_hi", "seeds_for_ci",
+              "extra_for_ci", "gpu_hours_per_cell", "extra_gpu_hours", "note"],
+    "seed_pairs": ["task", "driver", "mode", "agent_a", "agent_b", "runs_a", "runs_b", "difference", "delta",
+                   "power_now", "seeds_per_arm", "extra_a", "extra_b", "extra_gpu_hours", "note"],
 }
 PLOTTED_TABLES = ("improvement", "best_of_k")  # the heatmap's and the best-of-k plot's numbers
 

@@ -6,7 +6,9 @@ Paths (all in one folder, so relative links work from a web server and from file
   group-<slug>.html               a group's seeds side by side
   data/cell-<id>-trace-<n>.js     page n of a cell's transcript, loaded when the reader opens it
   data/cell-<id>-code.js          a cell's code snapshots, loaded when the reader opens its code
-  assets/...                      the page script, its styles, and plotly.min.js from the plotly package
+  assets/...                      the page script, its styles, and plotly.js's cartesian bundle (its scatter and
+                                  heatmap traces are all the pages draw: 1.5 MB, where the whole of plotly.js is 4.8 MB
+                                  and takes seconds to start; plotly.js-cartesian-dist-min 4.1.1, MIT, with its licence)
 
 A page's own data is in the page (a JSON <script>); what a page loads later is a script file that hands its data to
 the page (A2RL.loaded), because a page opened from disk may not fetch JSON. Every text passes the masker last.
@@ -26,14 +28,7 @@ from orchestrator.viewer.masking import Masker, known_secrets
 
 ASSETS = Path(__file__).parent / "assets"
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                 ".css": "text/css; charset=utf-8"}
-
-
-def plotly_js() -> Path:
-    """plotly.js as the plotly package ships it: the viewer's one third-party script, served from the machine."""
-    import plotly
-
-    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+                 ".css": "text/css; charset=utf-8", ".txt": "text/plain; charset=utf-8"}
 
 
 def json_for_script(value) -> str:
@@ -201,7 +196,7 @@ class Site:
         return f"A2RL.loaded({json_for_script('trace-' + page)},[{','.join(entries)}]);\n"
 
     def _asset(self, name: str) -> Page | None:
-        path = plotly_js() if name == "plotly.min.js" else ASSETS / name
+        path = ASSETS / name
         if "/" in name or not path.is_file():
             return None
         return Page(path.read_bytes(), CONTENT_TYPES.get(path.suffix, "application/octet-stream"))
@@ -211,7 +206,7 @@ class Site:
         """Every page's path, a cell's together (its data is read once for all of them)."""
         sweep = self.sweep()
         yield "index.html"
-        yield from [f"assets/{p.name}" for p in sorted(ASSETS.iterdir())] + ["assets/plotly.min.js"]
+        yield from [f"assets/{p.name}" for p in sorted(ASSETS.iterdir())]
         for group in sorted({c["group"] for c in sweep["cells"]}):
             yield f"group-{group}.html"
         for c in sweep["cells"]:

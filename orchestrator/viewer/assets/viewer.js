@@ -58,14 +58,16 @@ function formatted(v, name) {
   return spec.signed && v >= 0 ? "+" + text : text;
 }
 function unique(values) { return [...new Set(values)].sort((a, b) => String(a).localeCompare(String(b))); }
-// plotly.js is 4.8 MB: its first parse takes seconds on a slow machine, so it is loaded after the page's tables and
+// plotly.js's cartesian bundle (scatter and heatmap, all the pages draw): 1.5 MB where the whole of plotly.js is 4.8 MB.
+const PLOTLY = "assets/plotly-cartesian.min.js";
+// Its first parse still takes a while on a slow machine, so it is loaded after the page's tables and
 // transcript are drawn (body[data-ready]); plots are queued until then and drawn when it arrives (body[data-plotted]).
 let plotlyArrived;
 const plotlyGate = new Promise((resolve) => { plotlyArrived = resolve; });
 const plotsDrawn = [];
 function plotly(div, traces, layout) {
   const drawn = plotlyGate.then(() => {
-    if (!window.Plotly) { div.textContent = "plotly.js did not load (assets/plotly.min.js)"; return div; }
+    if (!window.Plotly) { div.textContent = `plotly.js did not load (${PLOTLY})`; return div; }
     return Plotly.newPlot(div, traces, Object.assign({ margin: { l: 55, r: 15, t: 30, b: 45 }, height: 320,
       hovermode: "closest", legend: { font: { size: 10 } } }, layout), { displaylogo: false, responsive: true }).then(() => div);
   });
@@ -75,7 +77,7 @@ function plotly(div, traces, layout) {
 function loadPlotly() {
   if (!plotsDrawn.length) return Promise.resolve();
   const s = document.createElement("script");
-  s.src = "assets/plotly.min.js";
+  s.src = PLOTLY;
   s.onload = s.onerror = () => {
     document.body.dataset.plotlyLoaded = String(Math.round(performance.now()));
     plotlyArrived();
