@@ -436,6 +436,41 @@ def test_the_pages_plotly_js_is_the_bundle_setup_placed(tmp_path):
     assert site.get("assets/plotly.LICENSE.txt").body.startswith(b"MIT License")
 
 
+def test_setup_places_the_bundle_only_when_its_sha256_matches(tmp_path):
+    """scripts/setup's fetch_plotly_bundle (run alone by sourcing the script) on a tarball laid out as the npm
+    registry's, from a file:// URL (no download at test time): a wrong sha256 places nothing and says so in one warning
+    line; the right one places the bundle and its licence into the venv's share/a2rl/; once there, it is not fetched
+    again (its URL is not even read)."""
+    import hashlib
+    import tarfile
+
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "plotly-cartesian.min.js").write_text("/* plotly.js (cartesian - minified) */")
+    (package / "LICENSE").write_text("MIT License")
+    with tarfile.open(tmp_path / "bundle.tgz", "w:gz") as tar:
+        tar.add(package, arcname="package")
+    url, sha = (tmp_path / "bundle.tgz").as_uri(), hashlib.sha256((tmp_path / "bundle.tgz").read_bytes()).hexdigest()
+    venv = tmp_path / "venv"
+
+    def fetch(url: str, sha: str) -> str:
+        proc = subprocess.run(["bash", "-c", 'source scripts/setup && fetch_plotly_bundle "$@"', "-", str(venv), url,
+                               sha], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and not proc.stderr, proc
+        return proc.stdout
+
+    said = fetch(url, "0" * 64)
+    assert len(said.splitlines()) == 1 and "WARNING" in said and "sha256" in said and not venv.exists()
+    assert fetch(url, sha) == ""
+    share = venv / "share" / "a2rl"
+    assert (share / "plotly-cartesian.min.js").read_text() == "/* plotly.js (cartesian - minified) */"
+    assert (share / "plotly-cartesian.LICENSE.txt").read_text() == "MIT License"
+    assert fetch((tmp_path / "gone.tgz").as_uri(), sha) == ""  # there already: nothing fetched, nothing said
+    shutil.rmtree(share)
+    said = fetch((tmp_path / "gone.tgz").as_uri(), sha)
+    assert len(said.splitlines()) == 1 and "could not download" in said
+
+
 def test_without_the_bundle_the_pages_load_the_whole_plotly_js_and_say_so(long_trace, tmp_path, monkeypatch, caplog):
     """Where scripts/setup could not fetch the bundle, the viewer serves the plotly package's whole plotly.js (so its
     plots are still drawn, later), logs that once and notes it in every page's footer."""
