@@ -230,9 +230,7 @@ class Site:
 
     def _asset(self, name: str) -> Page | None:
         path = {"plotly.min.js": self.plotly.path, "plotly.LICENSE.txt": self.plotly.licence}.get(name, ASSETS / name)
-        if path is None:
-            return None
-        if "/" in name or not path.is_file():
+        if path is None or "/" in name or not path.is_file():
             return None
         return Page(path.read_bytes(), CONTENT_TYPES.get(path.suffix, "application/octet-stream"))
 
