@@ -8,9 +8,9 @@ run reports and a code snapshot repository, so every loader the pages use reads 
 navigation, as the page measures them: text = drawn and usable (body[data-ready]: the cells table, a transcript
 page); plotly = plotly.js loaded, which starts only then; plots = drawn (body[data-plotted]). "Cold" is a fresh
 browser's first visit, "warm" the same page again in the same tab; each is the median of --repeats visits, the
-variants taken in turn so that a busy machine slows them alike. The static copy is timed twice side by side: as the
-viewer ships it (plotly.js's cartesian bundle, 1.5 MB) and, where the plotly package is installed, with the whole of
-plotly.js (4.8 MB, what the viewer served before) in the bundle's place: the same pages, only the script differs. The
+variants taken in turn so that a busy machine slows them alike. The static copy is timed twice side by side: with
+plotly.js's cartesian bundle (1.5 MB, which scripts/setup fetches) and with the whole of plotly.js (4.8 MB, the plotly
+package's, the viewer's fallback) in the bundle's place: the same pages, only the script differs. The
 server is `python -m orchestrator view` in its own process, timed once its sweep data (the report's tables,
 10,000-sample bootstrap) is ready: it computes them at start and again in the background when the ledger moves on.
 Needs /usr/bin/chromium (apt-get install chromium).
@@ -164,14 +164,16 @@ def start_view(out: Path) -> tuple[subprocess.Popen, str]:
 
 def whole_plotly(viewer: Path, target: Path) -> Path | None:
     """A copy of the static viewer with the whole of plotly.js (the plotly package's) in the bundle's place; None
-    without the plotly package."""
-    try:
-        import plotly
-    except ImportError:
+    where the viewer serves the whole of it already (scripts/setup did not fetch the bundle)."""
+    import plotly
+
+    from orchestrator.viewer.site import plotly_js
+
+    if plotly_js().note:
         return None
     shutil.copytree(viewer, target)
-    bundle = next((target / "assets").glob("plotly*.min.js"))
-    shutil.copyfile(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", bundle)
+    whole = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    shutil.copyfile(whole, target / "assets" / "plotly.min.js")
     return target
 
 
@@ -199,17 +201,17 @@ def main() -> None:
         print(f"static copy written in {time.perf_counter() - t0:.1f} s ({size / 1e6:.1f} MB, "
               f"{sum(1 for _ in index.parent.rglob('*.html'))} pages)")
         old = whole_plotly(index.parent, Path(tmp) / "viewer-whole-plotly")
-        bundles = {p.name: p.stat().st_size / 1e6 for p in (index.parent / "assets").glob("plotly*.min.js")}
-        print("plotly.js: " + ", ".join(f"{n} {mb:.1f} MB" for n, mb in bundles.items())
-              + (" as shipped; the whole of it (the plotly package's plotly.min.js) in its place for the old figure"
-                 if old else "; no plotly package: no old figure"))
+        served = index.parent / "assets" / "plotly.min.js"
+        print(f"plotly.js: {served.stat().st_size / 1e6:.1f} MB as set up; "
+              + ("the whole of it (the plotly package's plotly.min.js) in its place for the old figure" if old
+                 else "the whole of it already (scripts/setup did not fetch the cartesian bundle): no old figure"))
         t0 = time.perf_counter()
         server, base = start_view(out)
         print(f"server: the sweep's data (its report tables) ready {time.perf_counter() - t0:.1f} s after `view` "
               f"started; pages below are timed after that, as a reader coming to a running `view` finds it")
         pages = {"sweep page": ("index.html", f"{len(made['cells'])} cells"),
                  "cell page": (f"cell-{made['big']}.html", f"{args.trace_events} trace events")}
-        variants = {"static, cartesian": index.parent.as_uri() + "/", "server, cartesian": base}
+        variants = {"static, as set up": index.parent.as_uri() + "/", "server, as set up": base}
         if old:
             variants["static, whole plotly"] = old.as_uri() + "/"
         visits: dict[tuple[str, str], list] = {}
@@ -241,7 +243,7 @@ def main() -> None:
                              for k, w in (("ready", 11), ("plotly", 8), ("plotted", 8))))
         if old:
             for name in pages:
-                new_ms = median(visits[name, "static, cartesian"], 0, "plotted")
+                new_ms = median(visits[name, "static, as set up"], 0, "plotted")
                 old_ms = median(visits[name, "static, whole plotly"], 0, "plotted")
                 print(f"{name}: plots shown cold from file:// {old_ms / 1000:.2f} s with the whole of plotly.js, "
                       f"{new_ms / 1000:.2f} s with the cartesian bundle ({old_ms / new_ms:.1f}x sooner)")

@@ -154,6 +154,11 @@ def secrets_of(out: Path) -> list[str]:
 def test_static_pages_show_the_sweep_its_cells_and_groups(real_sweep, browser):
     out, cells = real_sweep
     site = out / "report" / "viewer"
+    from orchestrator.viewer.site import plotly_js
+
+    chosen = plotly_js()  # the copy carries the plotly.js the viewer chose; a note in the footer only for the fallback
+    assert (site / "assets" / "plotly.min.js").read_bytes() == chosen.path.read_bytes()
+    assert ('<footer class="note">' in (site / "index.html").read_text()) == bool(chosen.note)
     v = Visit(browser, (site / "index.html").as_uri(), wait_plots=True)
     assert v.page.locator("#cells tbody tr").count() == 2
     assert "copy_base" in v.text("#cells") and "claude_code" in v.text("#cells")
@@ -401,19 +406,91 @@ def test_a_live_page_follows_the_ledger(long_trace, browser, tmp_path):
 
 # -- without a browser -------------------------------------------------------------------------------------------
 
-def test_the_shipped_plotly_bundle_draws_every_trace_type_the_pages_use():
-    """The viewer ships plotly.js's cartesian bundle, not the whole library (a third of its size, so plots open in
-    under 2 s: benchmarks/bench_viewer.py): a trace type the page script uses must be one the bundle registers, or its
-    plot would not be drawn."""
+def registers_every_trace_type_the_pages_use(plotly_file: Path) -> None:
+    """A trace type the page script uses must be one the plotly.js served registers, or its plot would not be drawn."""
     from orchestrator.viewer.site import ASSETS
 
     script = (ASSETS / "viewer.js").read_text()
-    bundle = re.search(r'const PLOTLY = "assets/([^"]+)"', script).group(1)
-    registered = set(re.findall(r'moduleType:"trace",name:"(\w+)"', (ASSETS / bundle).read_text()))
+    registered = set(re.findall(r'moduleType:"trace",name:"(\w+)"', plotly_file.read_text()))
     inputs = {"checkbox", "search", "text"}  # <input type=...>, not traces
     used = set(re.findall(r'type: "(\w+)"', script)) - inputs
     assert used == {"scatter", "heatmap"} and used <= registered, (used, registered)
-    assert (ASSETS / "plotly-cartesian.LICENSE.txt").read_text().startswith("MIT License")
+
+
+def test_the_pages_plotly_js_is_the_bundle_setup_placed(tmp_path):
+    """The pages load plotly.js's cartesian bundle, not the whole library (a third of its size, so plots open in
+    under 2 s: benchmarks/bench_viewer.py), as scripts/setup fetched it into the environment (the npm registry's
+    tarball of the version its URL names, checked against its pinned sha256), with its licence beside it."""
+    from orchestrator.viewer.site import BUNDLE, BUNDLE_DIR, Site, plotly_js
+
+    if not (BUNDLE_DIR / BUNDLE).is_file():
+        pytest.skip(f"scripts/setup could not fetch plotly.js's cartesian bundle into {BUNDLE_DIR} here (its warning "
+                    "said why); the viewer uses the whole plotly.js, which the next test checks")
+    chosen = plotly_js()
+    assert chosen.path == BUNDLE_DIR / BUNDLE and chosen.note == ""
+    version = re.search(r"plotly\.js-cartesian-dist-min-([\d.]+)\.tgz", (ROOT / "scripts" / "setup").read_text())[1]
+    assert chosen.path.read_text()[:200].count(f"plotly.js (cartesian - minified) v{version}") == 1
+    registers_every_trace_type_the_pages_use(chosen.path)
+    site = Site(tmp_path)  # (assets need no ledger)
+    assert site.get("assets/plotly.min.js").body == chosen.path.read_bytes()
+    assert site.get("assets/plotly.LICENSE.txt").body.startswith(b"MIT License")
+
+
+def test_setup_places_the_bundle_only_when_its_sha256_matches(tmp_path):
+    """scripts/setup's fetch_plotly_bundle (run alone by sourcing the script) on a tarball laid out as the npm
+    registry's, from a file:// URL (no download at test time): a wrong sha256 places nothing and says so in one warning
+    line; the right one places the bundle and its licence into the venv's share/a2rl/; once there, it is not fetched
+    again (its URL is not even read)."""
+    import hashlib
+    import tarfile
+
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "plotly-cartesian.min.js").write_text("/* plotly.js (cartesian - minified) */")
+    (package / "LICENSE").write_text("MIT License")
+    with tarfile.open(tmp_path / "bundle.tgz", "w:gz") as tar:
+        tar.add(package, arcname="package")
+    url, sha = (tmp_path / "bundle.tgz").as_uri(), hashlib.sha256((tmp_path / "bundle.tgz").read_bytes()).hexdigest()
+    venv = tmp_path / "venv"
+
+    def fetch(url: str, sha: str) -> str:
+        proc = subprocess.run(["bash", "-c", 'source scripts/setup && fetch_plotly_bundle "$@"', "-", str(venv), url,
+                               sha], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and not proc.stderr, proc
+        return proc.stdout
+
+    said = fetch(url, "0" * 64)
+    assert len(said.splitlines()) == 1 and "WARNING" in said and "sha256" in said and not venv.exists()
+    assert fetch(url, sha) == ""
+    share = venv / "share" / "a2rl"
+    assert (share / "plotly-cartesian.min.js").read_text() == "/* plotly.js (cartesian - minified) */"
+    assert (share / "plotly-cartesian.LICENSE.txt").read_text() == "MIT License"
+    assert fetch((tmp_path / "gone.tgz").as_uri(), sha) == ""  # there already: nothing fetched, nothing said
+    shutil.rmtree(share)
+    said = fetch((tmp_path / "gone.tgz").as_uri(), sha)
+    assert len(said.splitlines()) == 1 and "could not download" in said
+
+
+def test_without_the_bundle_the_pages_load_the_whole_plotly_js_and_say_so(long_trace, tmp_path, monkeypatch, caplog):
+    """Where scripts/setup could not fetch the bundle, the viewer serves the plotly package's whole plotly.js (so its
+    plots are still drawn, later), logs that once and notes it in every page's footer."""
+    import plotly
+
+    from orchestrator.viewer import site as viewer_site
+
+    monkeypatch.setattr(viewer_site, "BUNDLE_DIR", tmp_path / "empty")  # the lookup finds nothing there
+    whole = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    chosen = viewer_site.plotly_js()
+    assert chosen.path == whole and chosen.licence is None and "whole plotly.js" in chosen.note
+    registers_every_trace_type_the_pages_use(whole)
+    out, _, _ = long_trace
+    with caplog.at_level("WARNING", logger="orchestrator.viewer.site"):
+        index = write_site(out, tmp_path / "viewer", n_boot=200)
+    assert [r.getMessage() for r in caplog.records] == [f"viewer: {chosen.note}"]
+    assert (index.parent / "assets" / "plotly.min.js").read_bytes() == whole.read_bytes()
+    assert not (index.parent / "assets" / "plotly.LICENSE.txt").exists()
+    for page in [index, *index.parent.glob("cell-*.html")]:
+        assert f'<footer class="note">{chosen.note}</footer>' in page.read_text().replace("&#39;", "'"), page
 
 
 def test_secrets_are_masked_by_value_and_by_look():

@@ -6,9 +6,7 @@ Paths (all in one folder, so relative links work from a web server and from file
   group-<slug>.html               a group's seeds side by side
   data/cell-<id>-trace-<n>.js     page n of a cell's transcript, loaded when the reader opens it
   data/cell-<id>-code.js          a cell's code snapshots, loaded when the reader opens its code
-  assets/...                      the page script, its styles, and plotly.js's cartesian bundle (its scatter and
-                                  heatmap traces are all the pages draw: 1.5 MB, where the whole of plotly.js is 4.8 MB
-                                  and takes seconds to start; plotly.js-cartesian-dist-min 4.1.1, MIT, with its licence)
+  assets/...                      the page script, its styles, and plotly.min.js: plotly_js() chooses which
 
 A page's own data is in the page (a JSON <script>); what a page loads later is a script file that hands its data to
 the page (A2RL.loaded), because a page opened from disk may not fetch JSON. Every text passes the masker last.
@@ -16,6 +14,8 @@ the page (A2RL.loaded), because a page opened from disk may not fetch JSON. Ever
 from __future__ import annotations
 
 import json
+import logging
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +26,39 @@ from orchestrator.analysis import formats
 from orchestrator.viewer import code, data
 from orchestrator.viewer.masking import Masker, known_secrets
 
+log = logging.getLogger(__name__)
+
 ASSETS = Path(__file__).parent / "assets"
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                  ".css": "text/css; charset=utf-8", ".txt": "text/plain; charset=utf-8"}
+# Where scripts/setup puts plotly.js's cartesian bundle (plotly.js-cartesian-dist-min from the npm registry, checked
+# against its pinned sha256, with its MIT licence): in the environment a2rl runs in, as pip puts a package there.
+BUNDLE_DIR = Path(sys.prefix) / "share" / "a2rl"
+BUNDLE = "plotly-cartesian.min.js"
+WHOLE_PLOTLY_NOTE = ("plots use the whole plotly.js (the plotly package's, 4.8 MB): scripts/setup did not fetch "
+                     "plotly.js's cartesian bundle (1.5 MB), so plots take longer to start")
+
+
+@dataclass(frozen=True)
+class PlotlyJs:
+    """The plotly.js the pages load (as assets/plotly.min.js) and, beside it, its licence where it has one apart."""
+    path: Path
+    licence: Path | None
+    note: str  # what the pages and the log say about it ("" for the bundle)
+
+
+def plotly_js(folder: Path | None = None) -> PlotlyJs:
+    """The one choice of the pages' plotly.js: the cartesian bundle scripts/setup placed in folder (default
+    BUNDLE_DIR), whose scatter and heatmap traces are all the pages draw and which starts in a third of the time of
+    the whole library (benchmarks/bench_viewer.py); without it, the whole plotly.js the plotly package ships (its
+    licence is in the file's header), so the viewer always draws its plots."""
+    folder = BUNDLE_DIR if folder is None else folder
+    if (folder / BUNDLE).is_file():
+        licence = folder / "plotly-cartesian.LICENSE.txt"
+        return PlotlyJs(folder / BUNDLE, licence if licence.is_file() else None, "")
+    import plotly
+
+    return PlotlyJs(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", None, WHOLE_PLOTLY_NOTE)
 
 
 def json_for_script(value) -> str:
@@ -60,6 +90,9 @@ class Site:
         self._cells: dict[str, tuple[str, dict, list[str]]] = {}
         self._masker: tuple[str, Masker] | None = None
         self._pages: dict[tuple[str, str | None], Page] = {}
+        self.plotly = plotly_js()
+        if self.plotly.note:
+            log.warning("viewer: %s", self.plotly.note)
 
     # -- cached reads, renewed when what they read changes ---------------------------------------------------------
     def version(self) -> str:
@@ -172,7 +205,7 @@ class Site:
     def _render(self, template: str, **context) -> str:
         context["data"] = json.loads(self.masker().mask(json.dumps(context["data"])))  # before HTML escapes it
         context["script"] = json.loads(self.masker().mask(json.dumps(context.get("script", context["data"]))))
-        return self.env.get_template(template).render(live=self.live, **context)
+        return self.env.get_template(template).render(live=self.live, plotly_note=self.plotly.note, **context)
 
     def _cell_script(self, name: str) -> str | None:
         """cell-<id>-trace-<n>.js or cell-<id>-code.js."""
@@ -196,8 +229,8 @@ class Site:
         return f"A2RL.loaded({json_for_script('trace-' + page)},[{','.join(entries)}]);\n"
 
     def _asset(self, name: str) -> Page | None:
-        path = ASSETS / name
-        if "/" in name or not path.is_file():
+        path = {"plotly.min.js": self.plotly.path, "plotly.LICENSE.txt": self.plotly.licence}.get(name, ASSETS / name)
+        if path is None or "/" in name or not path.is_file():
             return None
         return Page(path.read_bytes(), CONTENT_TYPES.get(path.suffix, "application/octet-stream"))
 
@@ -206,7 +239,9 @@ class Site:
         """Every page's path, a cell's together (its data is read once for all of them)."""
         sweep = self.sweep()
         yield "index.html"
-        yield from [f"assets/{p.name}" for p in sorted(ASSETS.iterdir())]
+        yield from [f"assets/{p.name}" for p in sorted(ASSETS.iterdir())] + ["assets/plotly.min.js"]
+        if self.plotly.licence:
+            yield "assets/plotly.LICENSE.txt"
         for group in sorted({c["group"] for c in sweep["cells"]}):
             yield f"group-{group}.html"
         for c in sweep["cells"]:

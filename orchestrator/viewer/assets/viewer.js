@@ -58,8 +58,9 @@ function formatted(v, name) {
   return spec.signed && v >= 0 ? "+" + text : text;
 }
 function unique(values) { return [...new Set(values)].sort((a, b) => String(a).localeCompare(String(b))); }
-// plotly.js's cartesian bundle (scatter and heatmap, all the pages draw): 1.5 MB where the whole of plotly.js is 4.8 MB.
-const PLOTLY = "assets/plotly-cartesian.min.js";
+// plotly.js: its cartesian bundle (scatter and heatmap, all the pages draw; 1.5 MB where the whole of plotly.js is
+// 4.8 MB) where scripts/setup fetched it, else the whole library (site.py: plotly_js chooses).
+const PLOTLY = "assets/plotly.min.js";
 // Its first parse still takes a while on a slow machine, so it is loaded after the page's tables and
 // transcript are drawn (body[data-ready]); plots are queued until then and drawn when it arrives (body[data-plotted]).
 let plotlyArrived;
