@@ -806,6 +806,9 @@ def test_a_codex_cells_capped_calls_and_its_cut_last_reply_reach_the_table_and_r
     cid = cell.cell_id
     assert f"| [{cid}](../cells/{cid}/report.md) | t1 | codex | fake-vllm | 0 | 3 of 3 | {cap} | 1 | **yes** |" \
         in text, text
+    said = (out / "cells" / cid / "report.md").read_text()   # the cell's own report says it too
+    assert f"3 call(s) capped by the proxy at {cap} output tokens; **the last reply was cut at its output limit**" \
+        in said, said
 
 
 # -- counting with the served model's tokenizer ---------------------------------------------------------------------
