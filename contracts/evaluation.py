@@ -15,6 +15,7 @@ class Evaluation:
     eval_s: float = 0.0             # the evaluation's time (0 when the score came from the cache)
     metrics: dict | None = None     # the task's other numbers (e.g. a win rate beside the LC one)
     flags: list[str] = field(default_factory=list)  # e.g. cached, copy_of_base, eval_failed, infra_error
+    approximations: list[str] | None = None  # where its grading is not the original's (flag approximate): each line
     error: str | None = None
     digest: str | None = None       # the weights' digest (a kept copy is checked against it)
     judge_usage: dict | None = None  # tokens and cost of its LLM judge's calls (None: no judge)

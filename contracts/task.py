@@ -314,6 +314,9 @@ class InteractiveTask(Task):
     # what a step's reward is
     instance_noun, action_noun = "games", "commands"
     reward_text = "1 when the episode is won, else 0"
+    # How many eval items the original benchmark grades and what it calls them (e.g. (134, "games")): under protocol
+    # paper an eval split of another size is named among the task's approximations (paper_size_notes)
+    paper_eval: tuple[int, str] | None = None
 
     def salt_file(self) -> str:
         """One secret per environment: CACHE_DIR/grading/<task class>-eval-salt."""
@@ -330,6 +333,21 @@ class InteractiveTask(Task):
         if self.n_train < least or self.n_eval < least or self.n_final < 0:
             raise ValueError(f"task {self.name}: n_train={n_train} and n_eval={n_eval} must be >= {least}, "
                              f"final_size={final_size} >= 0 (or null: as many as n_eval)")
+
+    def paper_size_notes(self, graded: int | None = None) -> list[str]:
+        """Under protocol paper, one line when the eval split is not the paper's size (`graded`: how many items it
+        holds, where n_eval is not that count: a cap, 0 for all): its scores are then not comparable with the
+        paper's, so approximations() names it and every score is flagged `approximate`. Cheap: a count, no data."""
+        # protocol branch (stays): the paper's size is promised only where the release's grading is
+        if self.protocol != "paper" or self.paper_eval is None:
+            return []
+        size, noun = self.paper_eval
+        graded = self.n_eval if graded is None else graded
+        if graded == size:
+            return []
+        told = f"{graded} of {size} {noun}, where the paper grades all {size}" if graded < size else \
+            f"{graded} {noun}, where the paper grades {size}"
+        return [f"eval: {told} (task.n_eval={self.n_eval}; task.n_eval={size} grades the paper's)"]
 
     def cached_rows(self, path: Path, make_rows) -> list[dict]:
         """Rows kept as JSONL at `path` (under the grading cache), made by make_rows() once across processes."""

@@ -160,6 +160,7 @@ class Evaluator:
                                                             split)
             out.score, out.eval_s, out.metrics = result["score"], result["eval_s"], result.get("metrics")
             out.flags += result.get("flags", [])
+            out.approximations = result.get("approximations")
             if result["cached"]:
                 out.flags.append("cached")
             if split == "final" and self.retention_task is not None:
@@ -257,6 +258,8 @@ class Evaluator:
             entry["metrics"] = result["metrics"]
         if result.get("flags"):  # the task's own (e.g. gamed_tests, approximate): scored as the protocol says, told
             entry["flags"] = list(result["flags"])
+        if result.get("approximations"):  # why it is approximate (Task.approximations), for the record
+            entry["approximations"] = list(result["approximations"])
         self.scores[split].put(key, entry, details=result["items"])
         return {**entry, "cached": False}
 

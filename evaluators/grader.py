@@ -302,6 +302,8 @@ class Grader(RunClosing):
         }
         if result.metrics:
             record["metrics"] = result.metrics  # e.g. a win rate beside the LC one, the success rate beside reward
+        if result.approximations:
+            record["approximations"] = result.approximations  # why it is flagged approximate, one line each
         if result.judge_usage is not None or result.refunded:
             record["judge_usage"] = result.judge_usage  # tokens and cost of the evaluation's judge (None: none)
         if result.refunded:

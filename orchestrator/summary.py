@@ -60,6 +60,7 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
         n_estimated = sum(costs[r["cell_id"]]["driver_estimated_calls"] for r in rows)
         if n_estimated:  # their tokens and cost are partly the proxy's count, not the provider's
             flags.append(f"driver tokens estimated x{n_estimated} calls")
+        flags += capped_flags([costs[r["cell_id"]] for r in rows])
         n_retention = sum(1 for r in rows if "retention_drop" in doubtful.get(r["cell_id"], ()))
         if n_retention:
             flags.append(f"retention_drop x{n_retention}")
@@ -86,6 +87,20 @@ def summary_rows(ledger: Ledger, cell_ids: list[str]) -> list[dict]:
                     "gpu_hours": gpu_h / len(rows), "usd_per_point": usd / gained if gained > 0 else None,
                     "gpu_hours_per_point": gpu_h / gained if gained > 0 else None})
     return out
+
+
+def capped_flags(costs: list[dict]) -> list[str]:
+    """The cells' driver calls whose output cap the proxy wrote in (the CLI asked for none or more), at what, and the
+    runs whose last reply stopped at its output limit: an agent that ended on a cut reply (Codex exits 0 then)."""
+    flags = []
+    n_capped = sum(c["driver_capped_calls"] for c in costs)
+    if n_capped:
+        caps = sorted({int(c["driver_cap"]) for c in costs if c["driver_capped_calls"]})
+        flags.append(f"driver calls capped x{n_capped} at {'/'.join(map(str, caps))} output tokens")
+    n_cut = sum(bool(c["driver_last_at_limit"]) for c in costs)
+    if n_cut:
+        flags.append(f"last reply cut at the output limit x{n_cut}")
+    return flags
 
 
 def _results(rows: list[dict]) -> str:

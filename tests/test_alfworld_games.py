@@ -27,7 +27,12 @@ from envs.alfworld.generator import (  # noqa: E402
     write_game,
 )
 from envs.alfworld.prompt import SYSTEM_PROMPT, format_prompt, parse, render  # noqa: E402
-from envs.alfworld.real_data import ensure_task_in_grammar, real_splits, resolve_data_root  # noqa: E402
+from envs.alfworld.real_data import (  # noqa: E402
+    draw_across_types,
+    ensure_task_in_grammar,
+    real_splits,
+    resolve_data_root,
+)
 from evaluators.lockstep import play  # noqa: E402
 
 SEEDS = {t: 7 + i for i, t in enumerate(TASK_TYPES)}
@@ -182,6 +187,29 @@ def test_a_policy_that_says_nonsense_loses_without_errors(games):
                       "replies": ["I think I will dance."] * 3}
 
 
+# valid_unseen's 134 games by task type (ALFWorld's paper, table 1: the unseen split)
+UNSEEN_TYPES = {"look_at_obj_in_light": 18, "pick_and_place_simple": 24, "pick_clean_then_place_in_recep": 31,
+                "pick_cool_then_place_in_recep": 21, "pick_heat_then_place_in_recep": 23, "pick_two_obj_and_place": 17}
+
+
+def test_a_smaller_set_of_upstream_games_is_drawn_across_the_task_types():
+    """16 of valid_unseen's 134: each task type in its share of the split (largest remainders), its games a seeded
+    draw of the type's own, sorted; the sorted list's first 16 would all be look_at_obj_in_light."""
+    split = sorted(Path(f"valid_unseen/{t}-Obj{i}-None-Recep-{i}/trial_T{i:04d}/game.tw-pddl")
+                   for t, n in UNSEEN_TYPES.items() for i in range(n))
+    assert len(split) == 134 and {p.parts[1].split("-")[0] for p in split[:16]} == {"look_at_obj_in_light"}
+    drawn = draw_across_types(split, 16, seed=0)
+    per_type = {t: sum(p.parts[1].startswith(t) for p in drawn) for t in UNSEEN_TYPES}
+    assert per_type == {"look_at_obj_in_light": 2, "pick_and_place_simple": 3, "pick_clean_then_place_in_recep": 4,
+                        "pick_cool_then_place_in_recep": 2, "pick_heat_then_place_in_recep": 3,
+                        "pick_two_obj_and_place": 2}, per_type
+    assert drawn == sorted(drawn) and len(set(drawn)) == 16 and set(drawn) <= set(split)
+    assert draw_across_types(split, 16, seed=0) == drawn and draw_across_types(split, 16, seed=1) != drawn
+    assert draw_across_types(split, 0, seed=0) == split == draw_across_types(split, 200, seed=0)
+    one = draw_across_types(split, 1, seed=0)   # one game: from the type with the largest share
+    assert len(one) == 1 and one[0].parts[1].startswith("pick_clean_then_place_in_recep")
+
+
 def test_real_data_layout_is_discovered_with_the_unseen_split(games, tmp_path):
     root = tmp_path / "alfworld_data" / "json_2.1.1"
 
@@ -219,7 +247,10 @@ def test_real_data_layout_is_discovered_with_the_unseen_split(games, tmp_path):
     assert [p.parent.parent.name.split("-")[0] for p in splits["eval"]] == [
         "look_at_obj_in_light", "pick_clean_then_place_in_recep"]
     assert splits["eval"][0] == unseen
-    assert game_sets(tmp_path / "unused", 0, 1, data_path=root)["eval"] == [unseen]
+    # a capped split: drawn across its task types (seeded), here one of the two
+    assert game_sets(tmp_path / "unused", 0, 1, data_path=root)["eval"] == draw_across_types(splits["eval"], 1, 0)
+    assert len(draw_across_types(splits["eval"], 1, 0)) == 1 and game_sets(tmp_path / "unused", 0, 0,
+                                                                              data_path=root)["eval"] == splits["eval"]
     # the held-out final split: valid_seen, less any game named like a train or eval one, then capped
     assert game_sets(tmp_path / "unused", 0, 0, data_path=root)["final"] == [seen]
     assert game_sets(tmp_path / "unused", 0, 0, data_path=root, n_final=1)["final"] == [seen]

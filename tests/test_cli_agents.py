@@ -537,6 +537,66 @@ def test_cli_agents_are_crossed_only_with_drivers_speaking_their_protocol():
         expand(compose(["sweep=demo", "agent=claude_code", "agent.adapter=nope", "driver=gpt"]))
 
 
+# What Codex 0.169's `codex exec --json` printed here against the fake upstream serving a model it does not know: its
+# fallback-metadata warning (an item of type error), then, for a reply the server ended at max_output_tokens, its
+# error and failed turn (it exits 1 then).
+CODEX_LINES = [
+    {"type": "thread.started", "thread_id": "01a223c6-e9ba-7722-bcd6-981863d5f436"},
+    {"type": "item.completed", "item": {"id": "item_0", "type": "error", "message": "Model metadata for `smollm2` not "
+     "found. Defaulting to fallback metadata; this can degrade performance and cause issues."}},
+    {"type": "turn.started"},
+    {"type": "item.completed", "item": {"id": "item_1", "type": "agent_message",
+                                        "text": "Partial answer that was cut"}},
+    {"type": "error", "message": "Incomplete response returned, reason: max_output_tokens"},
+    {"type": "turn.failed", "error": {"message": "Incomplete response returned, reason: max_output_tokens"}},
+]
+
+
+def test_a_clis_warnings_are_notices_not_errors():
+    """Codex writes its warnings as items of type error (its errors are `error` and `turn.failed` events); Gemini CLI
+    marks a warning with severity: both are `notice` events in the trace, the errors stay errors."""
+    codex = get_adapter("codex").parser()
+    events = [e for line in CODEX_LINES for e in codex.feed(line)]
+    assert [(e["type"], e["source"]) for e in events if e["type"] in ("notice", "error")] == [
+        ("notice", "item.completed/error"), ("error", "error"), ("error", "turn.failed")]
+    assert "fallback metadata" in events[1]["message"]
+    gemini = get_adapter("gemini_cli").parser()
+    said = [e for line in ({"type": "error", "severity": "warning", "message": "Loop detected, stopping execution"},
+                           {"type": "error", "severity": "error", "message": "quota"})
+            for e in gemini.feed(line) + gemini.flush()]
+    assert [(e["type"], e["message"]) for e in said] == [("notice", "Loop detected, stopping execution"),
+                                                         ("error", "quota")]
+
+
+def test_codex_on_a_local_model_says_its_fallback_notice_as_a_notice(main_run):
+    """Codex does not know the local model's metadata: its trace has the notice, and no error event."""
+    _, events = main_run.of("codex", "fake-vllm")
+    t = trace(events)
+    assert any(e["type"] == "notice" and "fallback metadata" in e["message"] for e in t), t
+    assert not [e for e in t if e["type"] == "error"], t
+
+
+def test_the_report_says_how_many_of_a_cells_driver_calls_were_capped_and_at_what(main_run):
+    """The Codex cell on the local model (its window reported by the server): report.md lists its capped calls
+    (every call: the CLI sent no cap) and the cap, a quarter of the window; the sweep table flags them."""
+    from orchestrator.analysis.report import build_report
+    from orchestrator.summary import summary_rows
+
+    row, events = main_run.of("codex", "fake-vllm")
+    n = len(driver_calls(events))
+    cid = row["cell_id"]
+    text = (build_report(main_run.out) / "report.md").read_text()
+    assert f"| [{cid}](../cells/{cid}/report.md) | {row['task']} | codex | fake-vllm | 0 | {n} of {n} | " \
+        f"{LOCAL_WINDOW // 4} |" in text, text[text.find("## Capped"):][:2000]
+    ledger = Ledger(main_run.out / "ledger.sqlite")
+    try:
+        rows = {(r["agent"], r["driver"]): r for r in summary_rows(ledger, list(main_run.events))}
+    finally:
+        ledger.close()
+    assert f"driver calls capped x{n} at {LOCAL_WINDOW // 4} output tokens" in rows["codex", "fake-vllm"]["flags"]
+    assert not any("capped" in f for f in rows["opencode", "fake-vllm"]["flags"])  # it asked for the limit itself
+
+
 def test_a_cli_that_printed_nothing_parseable_leaves_an_empty_trace_that_says_why(tmp_path):
     """A CLI killed before its first JSON line (or printing only plain text): trace.jsonl is there, empty, and the
     outcome's `trace` says why, with what it did print."""

@@ -123,7 +123,8 @@ def test_the_generated_world_is_one_value_away_and_the_small_twin_keeps_it(cache
     generated = load_task(shipped("deepsearchqa", data_path=None, n_train=4, n_eval=2, final_size=0,
                                   eval_salt="fixed"), cache_dir)
     assert generated.search_backend is None and generated.search_keys() == {}
-    assert [n.split(":")[0] for n in generated.approximations()] == ["questions", "judge"]
+    assert [n.split(":")[0] for n in generated.approximations()] == ["questions", "judge", "eval"]
+    assert generated.approximations()[2].startswith("eval: 2 of 200 questions, where the paper grades all 200")
     assert "generated world stands in" in generated.approximations()[0]
     small = load_named("task", "deepsearchqa_small", "test")   # composed as a sweep composes it
     assert (small["data_path"], small["protocol"]) == (None, "a2rl")
@@ -288,7 +289,7 @@ def test_a_paper_grading_searches_and_judges_as_the_original_on_real_layout_data
     """The grader's ReAct loop (a scripted model that searches, then answers) on the shipped config with a
     DSQA-full.csv: each search is the original's (SerpAPI with the key, DuckDuckGo without) and its text is the
     observation the model reads; every answer is judged over OpenAI's wire with the paper's prompt and model; no
-    stand-in is left."""
+    stand-in is left but the count: 3 of the paper's 200 questions, named and flagged."""
     from envs.deepsearchqa import react
     from evaluators.evaluate import evaluate_loaded
     from evaluators.judging.pairwise import LLMJudge
@@ -340,7 +341,10 @@ def test_a_paper_grading_searches_and_judges_as_the_original_on_real_layout_data
         upstream.stop()
         judge_server.stop()
     for result in results.values():
-        assert result["score"] == 100.0 and result["flags"] == [] and "approximations" not in result
+        assert result["score"] == 100.0 and result["flags"] == ["approximate"], result["flags"]
+        assert result["approximations"] == [
+            "eval: 3 of 200 questions, where the paper grades all 200 (task.n_eval=3; task.n_eval=200 grades the "
+            "paper's)"]
         assert all(item["judged_by"] == "llm" for item in result["items"])
     judged = [r for r in judge_server.requests if r.system == react.JUDGE_SYSTEM]
     assert len(judged) == 2 * 3 and {r.model for r in judged} == {"gpt-5.2"}  # the paper's judge model
@@ -350,7 +354,8 @@ def test_a_paper_cell_on_real_layout_data_runs_end_to_end_with_the_papers_search
                                                                                           monkeypatch):
     """One cell through the orchestrator: the shipped `deepsearchqa` with a DSQA-full.csv in the hub's layout, the
     original's search at loopback (no SerpAPI key: DuckDuckGo answers, as in the original), the judge an
-    OpenAI-compatible loopback server reached through the driver proxy and metered; no stand-in is named or flagged."""
+    OpenAI-compatible loopback server reached through the driver proxy and metered; no stand-in is named or flagged
+    but the count (2 of the paper's 200 questions)."""
     from orchestrator.ledger import Ledger
 
     rows = dsqa_rows(6)
@@ -373,13 +378,16 @@ def test_a_paper_cell_on_real_layout_data_runs_end_to_end_with_the_papers_search
     finally:
         upstream.stop()
         judge_server.stop()
-    assert "graded on stand-ins" not in said, said
+    (told,) = [line for line in said.splitlines() if "graded on stand-ins" in line]
+    assert told.endswith("its scores flagged approximate: eval: 2 of 200 questions, where the paper grades all 200 "
+                         "(task.n_eval=2; task.n_eval=200 grades the paper's)"), said
     ledger = Ledger(out / "ledger.sqlite")
     (cell,) = ledger.cells().values()
     assert cell["status"] == "completed", cell
     (submission,) = [e["payload"] for e in ledger.events(kind="submission")]
     assert submission["score"] is not None and submission["error"] is None, submission
-    assert "approximate" not in submission["flags"] and not submission.get("approximations"), submission
+    assert "approximate" in submission["flags"] and [n.split(":")[0] for n in submission["approximations"]] == [
+        "eval"], submission
     judged = [r for r in judge_server.requests if r.system == "You are a strict answer evaluator."]
     assert len(judged) >= 2 and {r.model for r in judged} == {"gpt-5.2"}  # every eval answer, the paper's model
     # the agent's train rows: the expert searched each train question with the original's search (DuckDuckGo)

@@ -718,6 +718,99 @@ def test_a_count_of_the_prompt_is_not_capped(proxy, fake, tmp_path):
     assert r.status_code == 200 and r.json() == {"input_tokens": 1234}
 
 
+@pytest.mark.parametrize("protocol,stream", CASES)
+def test_a_reply_the_server_stopped_at_its_output_limit_is_recorded(proxy, tmp_path, protocol, stream):
+    """Each provider's word for a reply cut at its output limit (finish_reason length, an incomplete response,
+    stop_reason max_tokens, finishReason MAX_TOKENS), streamed or not, is the record's `at_output_limit`; a reply
+    that ended by itself is not."""
+    state, url = proxy
+    for cut in (False, True):
+        fake = FakeUpstream(script=lambda req, cut=cut: Reply(text="a reply", cut=cut), usage=USAGE, chunks=4,
+                            expect_key=REAL_KEY).start()
+        try:
+            rec = tmp_path / f"calls-{cut}.jsonl"
+            key = state.register_cell(f"limit-{cut}", driver(PROVIDER[protocol], fake), {}, str(rec))
+            assert call(url, protocol, key, stream).status_code == 200
+            [line] = records(rec)
+            assert line["at_output_limit"] is cut and line["capped"] is None, line
+        finally:
+            fake.stop()
+
+
+def test_a_codex_cells_capped_calls_and_its_cut_last_reply_reach_the_table_and_report(proxy, tmp_path):
+    """A Codex cell on a local model whose server reports its window (vLLM's max_model_len): Codex 0.169 asks for no
+    output limit, so the proxy writes a quarter of the window into each request (the cell's output_limit). Its
+    records, as this real proxy wrote them, go into a ledger as a sweep puts them there: the sweep's table and
+    report.md say how many calls were capped and at what, and that the run's last reply was cut at the cap (the
+    server generated the cap's tokens and called the response completed, as Codex then exits 0: nothing else
+    says so)."""
+    import asyncio
+
+    from agents.cli.base import output_limit
+    from agents.proxy.upstream import served_context_window
+    from contracts.specs import AgentSpec, Budget, CellSpec, DriverSpec
+    from contracts.task_spec import TaskSpec
+    from orchestrator.analysis.report import build_report
+    from orchestrator.ledger import Ledger
+    from orchestrator.summary import summary_rows
+
+    state, url = proxy
+    window = 16000
+    replies = iter([Reply(text="I will look around.", usage=Usage(900, 40, 0)),
+                    Reply(text="Running the script.", usage=Usage(1400, 60, 0)),
+                    Reply(text="The final answer is cut he", usage=Usage(2100, window // 4, 0))])
+    fake = FakeUpstream(script=lambda req: next(replies), served_model="local-model", max_model_len=window,
+                        expect_key=REAL_KEY, chunks=4).start()
+    rec = tmp_path / "driver_calls.jsonl"
+    try:
+        drv = {**driver("openai-compatible", fake), "name": "fake-vllm", "model": "local-model"}
+        served = asyncio.run(served_context_window(drv, REAL_KEY, trust_env=False))
+        args = yaml.safe_load((ROOT / "conf" / "agent" / "codex.yaml").read_text())["args"]
+        cap = output_limit(args, served)
+        assert (served, cap) == (window, window // 4)
+        key = state.register_cell("codex-local", drv, {"max_output_tokens": cap}, str(rec))
+        for _ in range(3):  # as Codex 0.169 asks: the responses API, streamed, no max_output_tokens
+            with httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
+                r = client.post("/v1/responses", json={"model": "local-model", "input": "work", "stream": True},
+                                headers={"authorization": f"Bearer {key}"})
+            assert r.status_code == 200 and "response.completed" in r.text, r.text
+    finally:
+        fake.stop()
+    assert [req.body["max_output_tokens"] for req in fake.requests] == [cap] * 3
+    lines = records(rec)
+    assert [line["capped"] for line in lines] == [{"max_output_tokens": [None, cap]}] * 3
+    assert [line["at_output_limit"] for line in lines] == [False, False, True]
+
+    out = tmp_path / "sweep"
+    cell = CellSpec(agent=AgentSpec(name="codex", kind="cli", adapter="codex", version="0.169.0", needs_driver=True),
+                    driver=DriverSpec(name="fake-vllm", provider="openai-compatible", model="local-model"),
+                    task=TaskSpec.from_config({"name": "t1", "cls": "arithmetic", "base_model": "tiny"}), seed=0,
+                    sweep="capped", budget=Budget(wall_time_s=100, max_submissions=2))
+    ledger = Ledger(out / "ledger.sqlite")
+    try:
+        ledger.add_cells([cell])
+        ledger.mark_running(cell.cell_id, 1, 1000.0)
+        ledger.add_events(cell.cell_id, 1, [{"t": line["t"], "kind": "driver_usage", "payload": line}
+                                            for line in lines] + [
+            {"t": lines[-1]["t"] + 1, "kind": "outcome", "payload": {
+                "status": "completed", "limit_hit": None, "exit_code": 0, "best_score": None, "baseline_score": 0.5,
+                "n_submissions": 0, "elapsed_s": 60.0, "error": None}}])
+        ledger.finish(cell.cell_id, "completed", 1060.0)
+        (row,) = summary_rows(ledger, [cell.cell_id])
+    finally:
+        ledger.close()
+    assert f"driver calls capped x3 at {cap} output tokens" in row["flags"], row["flags"]
+    assert "last reply cut at the output limit x1" in row["flags"], row["flags"]
+    text = (build_report(out) / "report.md").read_text()
+    assert "## Capped driver calls" in text, text
+    cid = cell.cell_id
+    assert f"| [{cid}](../cells/{cid}/report.md) | t1 | codex | fake-vllm | 0 | 3 of 3 | {cap} | 1 | **yes** |" \
+        in text, text
+    said = (out / "cells" / cid / "report.md").read_text()   # the cell's own report says it too
+    assert f"3 call(s) capped by the proxy at {cap} output tokens; **the last reply was cut at its output limit**" \
+        in said, said
+
+
 # -- counting with the served model's tokenizer ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("protocol", ["openai_chat", "openai_responses"])

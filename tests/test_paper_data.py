@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from contracts.specs import ConfigError
 from orchestrator.ledger import Ledger
@@ -52,13 +53,49 @@ def test_stand_ins_are_said_per_task_and_allowed_by_the_flag_or_without_gpus(tmp
         assert [line.split(" (protocol")[0] for line in lines] == ["[a2rl] task alfworld", "[a2rl] task webshop"]
         assert "its scores flagged approximate" in lines[0]
 
-    # the paper's data in the upstream layout: no stand-in left for ALFWorld
+    # the paper's data in the upstream layout, all of valid_unseen graded: no stand-in left for ALFWorld; its shipped
+    # 16 of the 134 games are one (a GPU sweep refuses them, naming the count and the knob)
     data = write_alfworld_data(tmp_path / "alfworld", {"train": ["pick_and_place_simple"],
                                                        "valid_unseen": ["pick_and_place_simple"]})
-    cfg = compose(["sweep=demo", "sweep.agents=[copy_base]", "sweep.seeds=[0]", "sweep.budget.gpus=1",
-                   "task=alfworld", f"task.data_path={data}"])
-    check_stand_ins(expand(cfg), tmp_path, emulated=False, allow_stand_ins=False, out=(said := io.StringIO()))
+    papers = ["sweep=demo", "sweep.agents=[copy_base]", "sweep.seeds=[0]", "sweep.budget.gpus=1", "task=alfworld",
+              f"task.data_path={data}"]
+    check_stand_ins(expand(compose([*papers, "task.n_eval=134"])), tmp_path, emulated=False, allow_stand_ins=False,
+                    out=(said := io.StringIO()))
     assert said.getvalue() == ""
+    with pytest.raises(ConfigError, match=r"^task alfworld \(protocol paper\) would be graded on a stand-in.*: "
+                                          r"eval: 16 of 134 games, where the paper grades all 134 \(task.n_eval=16; "
+                                          r"task.n_eval=134 grades the paper's\);.*allow_stand_ins=true"):
+        check_stand_ins(expand(compose(papers)), tmp_path, emulated=False, allow_stand_ins=False, out=io.StringIO())
+
+
+@pytest.mark.parametrize("task, n, told", [("alfworld", 1, "1 of 134 games"), ("webshop", 20, "20 of 100 sessions"),
+                                           ("deepsearchqa", 50, "50 of 200 questions")])
+def test_a_paper_task_graded_on_fewer_items_than_the_paper_is_named_in_the_dry_run(tmp_path, task, n, told):
+    """`protocol: paper` with fewer eval items than the paper grades (ALFWorld on real-layout data here): the dry run
+    names the count under "graded as the paper", and the task's approximations (which flag every score
+    `approximate`) carry the same line."""
+    from contracts.task import load_task
+
+    if task == "alfworld":
+        data = write_alfworld_data(tmp_path / "alfworld", {"train": ["pick_and_place_simple"],
+                                                           "valid_unseen": ["pick_and_place_simple",
+                                                                            "look_at_obj_in_light"]})
+    elif task == "webshop":
+        write_webshop_data(data := tmp_path / "webshop", instructions=True)
+    else:
+        data = "google/deepsearchqa"
+    args = [f"task={task}", "task.protocol=paper", f"task.n_eval={n}", f"task.data_path={data}"]
+    run = orchestrator(["sweep=demo", "sweep.agents=[copy_base]", "sweep.seeds=[0]", *args, "dry_run=true",
+                        f"cache_dir={tmp_path}/cache", f"output_dir={tmp_path}/out"])
+    assert run.returncode == 0, run.stdout + run.stderr
+    said = run.stdout[run.stdout.index("graded as the paper:"):].split("\n\n")[0]  # that section alone
+    (line,) = [x for x in said.splitlines() if x.startswith(f"  - task {task}:")]
+    assert f"eval: {told}, where the paper grades all" in line and f"task.n_eval={n}" in line, line
+    shipped = yaml.safe_load((ROOT / "conf" / "task" / f"{task}.yaml").read_text())
+    notes = load_task({**shipped, "protocol": "paper", "n_eval": n, "data_path": str(data)},
+                      tmp_path / "cache").approximations()
+    (note,) = [x for x in notes if x.startswith("eval:")]
+    assert note in line and told in note, (note, line)
 
 
 def test_the_dry_run_says_which_data_each_paper_task_reads_and_the_keys_it_needs(tmp_path):
@@ -88,15 +125,17 @@ def test_a_paper_cell_on_upstream_layout_data_runs_end_to_end_with_no_stand_in(r
     _, said, out = run_sweep(["sweep=demo", "sweep.agents=[copy_base]", "sweep.seeds=[0]", f"task={task}",
                               f"task.name={task}_paper_data", f"task.data_path={data}", *size,
                               "sweep.budget.wall_time_s=900"])
-    assert "stand in" not in said and "search:" not in said, said  # (only a spaCy model, on this machine)
+    assert "stand in" not in said and "search:" not in said, said  # (a spaCy model on this machine, the count)
     ledger = Ledger(out / "ledger.sqlite")
     (cell,) = ledger.cells().values()
     assert cell["status"] == "completed", cell
     (submission,) = [e["payload"] for e in ledger.events(kind="submission")]
     assert submission["score"] is not None and submission["error"] is None, submission
     notes = submission.get("approximations") or []
-    # no stand-in for the data or the search (WebShop's reward may still name a spaCy model other than the original's)
-    assert not [n for n in notes if not n.startswith("reward: spaCy model")], notes
+    # no stand-in for the data or the search (WebShop's reward may still name a spaCy model other than the original's);
+    # fewer eval items than the paper's are named, the score flagged
+    assert not [n for n in notes if not n.startswith(("reward: spaCy model", "eval: "))], notes
+    assert any(n.startswith("eval: ") for n in notes) and "approximate" in submission["flags"], submission
     if task == "webshop":  # its held-out final split: the session after the eval ones
         final = json.loads((out / "cells" / cell["cell_id"] / "attempt-1" / "final.json").read_text())
         assert final["n"] == 1 and final["error"] is None, final

@@ -321,6 +321,40 @@ def test_deepsearchqa_judge_requests_and_verdicts_equal_the_originals(dsqa_fixtu
     assert len(dsqa_fixture["judge"]) == 19
 
 
+def test_deepsearchqa_cells_reach_the_prompt_and_the_judge_as_the_original_passes_them(dsqa_fixture, cache_dir,
+                                                                                     tmp_path):
+    """The original's run_eval on a DSQA-full.csv whose cells have spaces around them, a newline, an empty answer
+    type (make_deepsearchqa.py's cell_rows): the paper grader on the same file, its model answering at once as the
+    fixture's did, hands its model the same first prompts and its judge the same texts: the cells as they are,
+    unstripped, an empty answer type as `None`, as the original's `sample.get("answer_type", ...)` formats it."""
+    import importlib.util
+
+    import yaml
+
+    from contracts.task import load_task
+    from envs.deepsearchqa import react
+    from evaluators.evaluate import evaluate_loaded
+
+    spec = importlib.util.spec_from_file_location("make_deepsearchqa", FIXTURES / "make_deepsearchqa.py")
+    maker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maker)
+    data = maker.write_cells_csv(tmp_path / "DSQA-full.csv")
+    shipped = yaml.safe_load((Path(__file__).parents[1] / "conf" / "task" / "deepsearchqa.yaml").read_text())
+    task = load_task({**shipped, "name": "deepsearchqa_cells", "data_path": str(data), "n_train": 100,
+                      "n_eval": 200, "final_size": 0}, cache_dir)
+    backend = ScriptedBackend(" I know it. Action: answer[Paris]")
+    judge = ScriptedJudge(lambda user: "correct")
+    result = evaluate_loaded(task, backend, "model", task.eval_rows(), judge=judge)
+    cells = dsqa_fixture["cells"]
+    assert result["score"] == cells["score"] == 100.0
+    assert backend.prompts == cells["first_prompts"]   # the same questions, in the same order
+    assert sorted(user for system, user, *_ in judge.asked if system == react.JUDGE_SYSTEM) == \
+        sorted(cells["judge_users"])
+    assert any(p.count("Question:   Which") for p in backend.prompts)   # the fixture holds such cells
+    assert any("Answer type: None" in p for p in backend.prompts) and any("?\n\nAnswer type" in p
+                                                                           for p in backend.prompts)
+
+
 def react_expert(plans: dict[str, list[str]], own_line: bool = False) -> ScriptedBackend:
     """The paper's loop's model: on a generated world, the expert's plan written as ReAct turns (`Thought ...
     Action: search[...]` on one line, the answer the same way), cut at the decoding's stops as a backend cuts."""
@@ -386,10 +420,11 @@ def test_deepsearchqa_paper_grader_plays_react_and_judges_every_answer(cache_dir
     backend = react_expert(plans)
     result = evaluate_loaded(task, backend, "model", rows, judge=judge)
     assert result["score"] == 100.0 and result["metrics"]["judge_fallbacks"] == 0 and "flags" in result
-    # a generated world stands in for the paper's questions (flagged); and the task's config names no judge (this
-    # test hands the grader one directly), which is what a run's record would say
+    # a generated world stands in for the paper's questions (flagged); the task's config names no judge (this test
+    # hands the grader one directly), which is what a run's record would say; and it has fewer than the paper's 200
     assert result["flags"] == ["approximate"], result["flags"]
-    assert [n.split(":")[0] for n in result["approximations"]] == ["questions", "judge"], result["approximations"]
+    assert [n.split(":")[0] for n in result["approximations"]] == ["questions", "judge", "eval"], \
+        result["approximations"]
     assert {d for d in backend.decodings} == {react.TURN}
     assert backend.prompts[0] == react.first_prompt(env.question(env.instances("eval")[0]).question,
                                                     "Single Answer")

@@ -16,6 +16,9 @@ Trace events (the payload of `agent_trace` ledger events), one dict each with a 
                                                        the proxy's driver_usage events, these are for comparison
   result       {ok, text, turns}                       the CLI's own verdict at the end
   error        {message}
+  notice       {message}                              what the CLI says for information, not an error (Codex's
+                                                       warnings, e.g. its fallback-metadata notice for a model it
+                                                       does not know; Gemini CLI's warnings)
 Every event also has `source`, the native event type it came from. Long texts are cut to TEXT_LIMIT characters:
 the full native trace stays in the attempt's agent.stdout.
 """

@@ -5,7 +5,9 @@ Codex ignores OPENAI_BASE_URL: the proxy is a custom model provider in $CODEX_HO
 commands without its own sandbox (a2rl's bubblewrap is the sandbox) and without approvals. By default it strips
 variables named like *TOKEN* or *KEY* from the commands it runs, which would hide A2RL_RUN_TOKEN from the agent's
 curl to the grader: ignore_default_excludes keeps them (the only key it holds is the cell's proxy key).
-Token totals are in each `turn.completed` event.
+Token totals are in each `turn.completed` event. `codex exec --json` writes its warnings as completed items of type
+`error` (e.g. "Model metadata for `<model>` not found. Defaulting to fallback metadata", for a model it does not
+know: every local one), its errors as `error` and `turn.failed` events: the first are notices, not errors.
 """
 from __future__ import annotations
 
@@ -99,8 +101,8 @@ class ExecJson(TraceParser):
         if itype == "command_execution":
             return [event("tool_result", source, id=iid, ok=item.get("exit_code") == 0,
                           exit_code=item.get("exit_code"), output=cut(item.get("aggregated_output")))]
-        if itype == "error":
-            return [event("error", source, message=cut(item.get("message")))]
+        if itype == "error":  # Codex's warnings (its errors are `error` and `turn.failed` events): a notice
+            return [event("notice", source, message=cut(item.get("message")))]
         if itype in ("file_change", "mcp_tool_call", "web_search", "todo_list"):
             fields = {k: v for k, v in item.items() if k not in ("id", "type")}
             return [event("tool_call", source, tool=itype, input=cut(fields), id=iid)]

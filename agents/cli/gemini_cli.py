@@ -67,8 +67,9 @@ class StreamJson(TraceParser):
             output = obj.get("output") if obj.get("output") is not None else (obj.get("error") or {}).get("message")
             out.append(event("tool_result", kind, id=obj.get("tool_id"), ok=obj.get("status") == "success",
                              output=cut(output)))
-        elif kind == "error":
-            out.append(event("error", kind, message=cut(obj.get("message"))))
+        elif kind == "error":  # severity "warning" (a loop detected, ...) is a notice, "error" an error
+            out.append(event("notice" if obj.get("severity") == "warning" else "error", kind,
+                             message=cut(obj.get("message"))))
         elif kind == "result":
             stats = obj.get("stats") or {}
             out.append(usage_event(kind, "run", stats.get("input_tokens"), stats.get("output_tokens"),

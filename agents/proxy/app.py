@@ -30,7 +30,8 @@ from agents.proxy.protocols import (budget_status, cap_output, caller_key, error
                                     parse_json, prepare_body, protocol_of_path, response_headers,
                                     upstream_headers, upstream_url)
 from agents.proxy.upstream import RetryPolicy, UpstreamUnreachable, send, served_context_window
-from agents.proxy.usage import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, StreamMeter, Usage, usage_from_body
+from agents.proxy.usage import (ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, StreamMeter, Usage,
+                                body_at_output_limit, usage_from_body)
 
 ADMIN_HEADER = "x-a2rl-admin-token"
 
@@ -164,12 +165,18 @@ async def proxy_call(state: ProxyState, request: Request, protocol: str, path: s
     endpoint = path + (model_method or "")
 
     def record(usage=Usage(), *, status, error=None, stream=False, wait_s=0.0, attempts=0,
-               model=driver.get("model"), requested=None, now=False, estimated=None, capped=None):
+               model=driver.get("model"), requested=None, now=False, estimated=None, capped=None,
+               at_output_limit=False):
         """Record this call; returns an awaitable that ends once the line is on disk (now=True:
         already on disk, for paths that cannot await, i.e. a cancelled stream)."""
+        # a capped reply that generated the cap's tokens was cut there, whatever the server says of it (a server may
+        # end such a reply as `completed`)
+        sent = [s for _, s in (capped or {}).values() if isinstance(s, int)]
+        at_output_limit = bool(at_output_limit or (sent and usage.output_tokens >= min(sent)))
         call = dict(t=t0, endpoint=endpoint, model=model, requested_model=requested, usage=usage,
                     latency_s=time.monotonic() - start, wait_s=wait_s, attempts=attempts,
-                    status=status, stream=stream, error=error, estimated=estimated, capped=capped)
+                    status=status, stream=stream, error=error, estimated=estimated, capped=capped,
+                    at_output_limit=at_output_limit)
         return cell.record(**call) if now else cell.record_async(**call)
 
     raw = await request.body()
@@ -238,7 +245,8 @@ async def proxy_call(state: ProxyState, request: Request, protocol: str, path: s
     ok = resp.status < 400
     usage = usage_from_body(protocol, data) if ok else Usage()
     error = None if ok else data[:500].decode("utf-8", "replace")
-    await record(usage, status=resp.status, error=error, **facts)
+    await record(usage, status=resp.status, error=error, at_output_limit=ok and body_at_output_limit(protocol, data),
+                 **facts)
     return Response(data, status_code=resp.status, headers=out_headers)
 
 
@@ -259,6 +267,7 @@ async def relay(state: ProxyState, cell: Cell, resp: aiohttp.ClientResponse, met
         error = "client disconnected" if isinstance(exc, (anyio.get_cancelled_exc_class(), GeneratorExit)) \
             else f"stream broken: {type(exc).__name__}: {exc}"
         usage = meter.usage()
+        facts = {**facts, "at_output_limit": meter.at_limit}
         if meter.final:
             record(usage, status=resp.status, error=error, now=True, **facts)
         else:   # counted in a task of its own; the call stays in flight (close_cell waits) until its line is on disk
@@ -270,6 +279,7 @@ async def relay(state: ProxyState, cell: Cell, resp: aiohttp.ClientResponse, met
         raise
     else:
         usage = meter.usage()
+        facts = {**facts, "at_output_limit": meter.at_limit}
         if meter.final:
             await record(usage, status=resp.status, **facts)
         else:   # ended without its usage (a server that sends none): counted like a cut stream

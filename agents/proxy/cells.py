@@ -105,7 +105,7 @@ class Cell:
     def _account(self, *, t: float, endpoint: str, model: str | None, requested_model: str | None,
                  usage: Usage, latency_s: float, wait_s: float, attempts: int, status: int,
                  stream: bool, error: str | None, estimated: dict | None = None,
-                 capped: dict | None = None) -> tuple[dict, bytes]:
+                 capped: dict | None = None, at_output_limit: bool = False) -> tuple[dict, bytes]:
         # On the event loop, so the budget is up to date before the next call is checked.
         cost = cost_usd(usage, self.driver)
         self.calls += 1
@@ -130,6 +130,8 @@ class Cell:
             "estimated": estimated,
             # The output cap the proxy wrote into the request ({field: [asked, sent]}); None: sent as the CLI asked.
             "capped": capped,
+            # The upstream said the reply stopped at its output-token limit (finish_reason length, ...): cut there.
+            "at_output_limit": at_output_limit,
         }
         data = (json.dumps(line) + "\n").encode()
         if self.real_key:   # belt and braces: an upstream error message might quote the key

@@ -71,6 +71,38 @@ def usage_from_body(protocol: str, body: bytes) -> Usage:
     return from_usage_dict(protocol, obj.get("usage") if isinstance(obj, dict) else None)
 
 
+def at_output_limit(protocol: str, obj) -> bool:
+    """Whether one response object (a body, or a stream event) says the reply stopped at its output-token limit: the
+    request's cap (the CLI's own, or the proxy's: the record's `capped`) cut it."""
+    if isinstance(obj, list):   # Gemini's stream without alt=sse: a JSON array of chunks
+        return any(at_output_limit(protocol, item) for item in obj)
+    if not isinstance(obj, dict):
+        return False
+    if protocol == ANTHROPIC:   # a message, or a stream's message_delta
+        return (obj.get("delta") or obj).get("stop_reason") == "max_tokens"
+    if protocol == OPENAI_CHAT:
+        return any(isinstance(c, dict) and c.get("finish_reason") == "length" for c in obj.get("choices") or [])
+    if protocol == OPENAI_RESPONSES:   # a response, or a stream's response.incomplete event
+        r = obj.get("response") if isinstance(obj.get("response"), dict) else obj
+        return r.get("status") == "incomplete" and (r.get("incomplete_details") or {}).get("reason") == \
+            "max_output_tokens"
+    if protocol == GEMINI:
+        return any(isinstance(c, dict) and c.get("finishReason") == "MAX_TOKENS" for c in obj.get("candidates") or [])
+    return False
+
+
+def body_at_output_limit(protocol: str, body: bytes) -> bool:
+    """at_output_limit of a complete (non-streamed) JSON response body."""
+    try:
+        return at_output_limit(protocol, json.loads(body))
+    except ValueError:
+        return False
+
+
+# What an event that ends a reply at its limit holds (as JSON text, never inside a string: a quote there is escaped):
+# only such events, and those with usage, are decoded
+LIMIT_MARKERS = (b'"length"', b'"max_tokens"', b'"incomplete"', b'"MAX_TOKENS"')
+
 KEEP_BYTES = 16 << 20   # of one stream, for counting it if cut; beyond, what it generated is counted from the start
 
 
@@ -89,6 +121,7 @@ class StreamMeter:
         self._chunks: list[bytes] = []   # up to KEEP_BYTES: a stream's own size (a 16k-token reply: ~2-3 MB of SSE)
         self._kept = 0
         self.final = False              # the stream's final usage arrived: its counts are the server's own
+        self.at_limit = False           # an event said the reply stopped at its output-token limit
         self.sse = True
 
     def feed(self, chunk: bytes) -> None:
@@ -105,9 +138,9 @@ class StreamMeter:
             self._buf = buf
             return
         complete, self._buf = buf[:end], buf[end:].lstrip(b"\r\n")
-        if b'"usage' in complete:
+        if b'"usage' in complete or any(m in complete for m in LIMIT_MARKERS):
             for event in complete.replace(b"\r\n", b"\n").split(b"\n\n"):
-                if b'"usage' in event:
+                if b'"usage' in event or any(m in event for m in LIMIT_MARKERS):
                     self._event(event)
 
     def _event(self, event: bytes) -> None:
@@ -115,6 +148,7 @@ class StreamMeter:
         if obj is None:
             return
         p = self.protocol
+        self.at_limit = self.at_limit or at_output_limit(p, obj)
         if p == ANTHROPIC:
             # message_start carries input (and a provisional output count); message_delta the final
             # output count (and, in newer API versions, input counts again). Later values win.
@@ -144,7 +178,7 @@ class StreamMeter:
     def usage(self) -> Usage:
         if not self.sse:
             try:
-                json.loads(self._tail)
+                self.at_limit = at_output_limit(self.protocol, json.loads(self._tail))
                 self.final = True   # the whole array arrived
             except ValueError:
                 pass

@@ -86,6 +86,35 @@ def real_splits(path: str | os.PathLike, task_types: Sequence[str] | None = None
     return out
 
 
+def task_type_of(game_file: Path) -> str:
+    """An upstream game's task type, from its task folder's name (as the original reads it)."""
+    return game_file.parent.parent.name.split("-")[0]
+
+
+def draw_across_types(games: Sequence[Path], n: int, seed: int = 0) -> list[Path]:
+    """``n`` of a split's games, drawn across its task types (sorted, seeded): each type gets its share of ``n`` as
+    in the whole split (largest remainders, ties broken by a seeded order of the types), its games drawn from a
+    seeded shuffle of the type's own, so a smaller set has the split's mix of types and its score estimates the
+    whole split's. The sorted list's first ``n`` would all be one type (look_at_obj_in_light sorts first).
+    All of them when ``n`` is 0 or at least their number."""
+    if n <= 0 or n >= len(games):
+        return list(games)
+    by_type: dict[str, list[Path]] = {}
+    for game in sorted(games):
+        by_type.setdefault(task_type_of(game), []).append(game)
+    shares = {t: n * len(g) / len(games) for t, g in by_type.items()}
+    counts = {t: int(share) for t, share in shares.items()}
+    order = sorted(by_type)
+    random.Random(f"{seed}:types").shuffle(order)
+    for t in sorted(order, key=lambda t: -(shares[t] - counts[t]))[:n - sum(counts.values())]:
+        counts[t] += 1
+    drawn = []
+    for t, type_games in by_type.items():
+        random.Random(f"{seed}:{t}").shuffle(type_games)
+        drawn += type_games[:counts[t]]
+    return sorted(drawn)
+
+
 def ensure_task_in_grammar(game_file: str | os.PathLike, cache_dir: str | os.PathLike, seed: int = 0) -> Path:
     """A game file whose grammar names its task.
 

@@ -56,6 +56,7 @@ class AlfWorldTask(InteractiveTask):
     prompt_modules = {"paper": paper_prompt}
     original_benchmark = "alfworld"
     original_exposed = ("eval.py",)
+    paper_eval = (134, "games")  # its eval.py's env_num: valid_unseen's games
 
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
                  task_types: list[str] | None, max_receptacles_per_type: int | None, max_receptacles: int | None,
@@ -118,11 +119,13 @@ class AlfWorldTask(InteractiveTask):
         return str(self.cache_dir / "data" / "alfworld")
 
     def approximations(self) -> list[str]:
+        # upstream data: n_eval caps valid_unseen (0: all of it), so at most the paper's 134 are graded
+        graded = min(self.n_eval or self.paper_eval[0], self.paper_eval[0]) if self.data_path else self.n_eval
         # protocol branch (stays): stand-ins are said only where the release's data is promised
         if self.protocol == "paper" and not self.data_path:
             return ["games: a2rl's generated games stand in for ALFWorld's json_2.1.1 valid_unseen (data_path is null; "
-                    "data_path=paper reads the paper's)"]
-        return []
+                    "data_path=paper reads the paper's)", *self.paper_size_notes(graded)]
+        return self.paper_size_notes(graded)
 
     def examples_path(self) -> Path:
         """task.react_prompts, else the file the released original ships beside its eval.py (contracts/release.py)."""
@@ -218,6 +221,8 @@ class AlfWorldTask(InteractiveTask):
                 str(self.data_path or "")]
         if self.max_receptacles_per_type or self.max_receptacles:  # only when set: default caches keep their keys
             spec += [self.max_receptacles_per_type, self.max_receptacles]
+        if self.data_path:  # capped upstream splits are drawn across task types, not the first of the sorted list
+            spec.append("drawn-across-types")
         key = hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
         return self.cache_dir / "grading" / "alfworld" / key
 
@@ -226,7 +231,7 @@ class AlfWorldTask(InteractiveTask):
         from envs.alfworld import game_sets
 
         if self.data_path:
-            return game_sets(self.games_dir, self.n_train, self.n_eval, data_path=self.data_path,
+            return game_sets(self.games_dir, self.n_train, self.n_eval, self.seed, data_path=self.data_path,
                              task_types=self.task_types, n_final=self.n_final)
 
         def build(tmp: Path) -> dict:

@@ -15,8 +15,9 @@ from envs.deepsearchqa.world import Question
 
 def plan(question: Question) -> list[str]:
     """The expert's actions for a question."""
-    searches = [hop.query for hop in question.hops] or [question.question]
-    return [f"search[{q}]" for q in searches] + [f"answer[{question.answer}]"]
+    # a real question's cells are as the set has them (whitespace and all): the demonstration's actions are one line
+    searches = [hop.query for hop in question.hops] or [" ".join(question.question.split())]
+    return [f"search[{q}]" for q in searches] + [f"answer[{' '.join(question.answer.split())}]"]
 
 
 def play(question: Question, backend, top_k: int, max_steps: int) -> tuple[list[tuple[Step, str]], Step, bool]:

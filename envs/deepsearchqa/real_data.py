@@ -8,13 +8,13 @@ after those (skipping any whose question is a train or eval one), so the paper's
 ``data_path`` is either:
 
 - a dataset id (``google/deepsearchqa``): loaded with ``datasets.load_dataset(id, split="eval")`` (needs network);
-- a local file: the CSV (``DSQA-full.csv``), JSONL or Parquet with those columns;
+- a local file: the CSV (``DSQA-full.csv``, read with ``datasets``' csv builder as the hub's file is), JSONL or
+  Parquet with those columns;
 - a local folder: one holding ``DSQA-full.csv`` (a hub snapshot), or a dataset saved with ``save_to_disk`` (the
   paper's download step writes one).
 """
 from __future__ import annotations
 
-import csv
 import json
 import os
 from pathlib import Path
@@ -40,9 +40,10 @@ def load_rows(data_path: str | os.PathLike) -> list[dict]:
             return datasets.load_from_disk(str(p)).to_list()
         raise FileNotFoundError(f"{p} holds neither {CSV_NAME} nor a dataset saved with save_to_disk")
     if p.is_file():
-        if p.suffix == ".csv":
-            with p.open(newline="", encoding="utf-8") as f:
-                return list(csv.DictReader(f))
+        if p.suffix == ".csv":  # read as the hub reads DSQA-full.csv for load_dataset(id), so a copy gives its cells
+            import datasets   # (pandas underneath: an empty cell, "NA" or "None" is null, a number column numbers)
+
+            return datasets.load_dataset("csv", data_files={SOURCE_SPLIT: str(p)}, split=SOURCE_SPLIT).to_list()
         if p.suffix in (".jsonl", ".json"):
             return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
         if p.suffix == ".parquet":
@@ -66,8 +67,11 @@ def paper_order(rows: list[dict], seed: int = SPLIT_SEED) -> list[dict]:
 
 
 def question(row: dict, name: str) -> Question:
-    return Question(name, str(row["problem"]).strip(), str(row["answer"]).strip(), (), (),
-                    answer_type=str(row.get("answer_type") or "Single Answer"),
+    """A row's cells as the original's eval.py passes them into its ReAct prompt and its judge's prompt: as they
+    are (no whitespace stripped; a null cell formatted as Python formats None), the answer type "Single Answer"
+    only where the row has no such column (its `sample.get("answer_type", "Single Answer")`)."""
+    answer_type = row["answer_type"] if "answer_type" in row else "Single Answer"
+    return Question(name, str(row["problem"]), str(row["answer"]), (), (), answer_type=str(answer_type),
                     info={"answer_type": str(row.get("answer_type") or ""),
                           "category": str(row.get("problem_category") or "")})
 

@@ -63,6 +63,7 @@ class DeepSearchQATask(InteractiveTask):
     protocols = ("a2rl", "paper")
     original_benchmark = "deepsearchqa"
     original_exposed = ("eval.py",)
+    paper_eval = (200, "questions")  # its data.py's DEFAULT_EVAL_SIZE
     instance_noun, action_noun = "questions", "actions"
     reward_text = "1 for a correct answer, else 0"
 
@@ -177,7 +178,7 @@ class DeepSearchQATask(InteractiveTask):
         if not self.judge:
             out.append("judge: none configured: every answer is matched by the original's substring fallback where "
                        "the original asks an LLM (gpt-5.2)")
-        return out
+        return out + self.paper_size_notes()
 
     def judge_driver(self) -> dict | None:
         return self.judge
@@ -481,8 +482,8 @@ correctly**.
     def original_source(self):
         """The real set as a `datasets.Dataset`, loaded as the original loads it: a dataset id with
         `load_dataset(id, split="eval")`; a local DSQA-full.csv (or a folder holding it) with the csv builder the
-        hub reads that file with (pandas: an empty cell, "NA" or "None" is null there, where a2rl's own rows keep
-        the text); a save_to_disk folder as it is; a JSONL or Parquet file as a2rl reads it."""
+        hub reads that file with (pandas: an empty cell, "NA" or "None" is null there, as in a2rl's own rows:
+        real_data.load_rows); a save_to_disk folder as it is; a JSONL or Parquet file as a2rl reads it."""
         import datasets
 
         from envs.deepsearchqa.real_data import CSV_NAME, SOURCE_SPLIT, load_rows

@@ -36,6 +36,7 @@ class WebShopTask(InteractiveTask):
     protocols = ("a2rl", "paper")
     original_benchmark = "webshop"
     original_exposed = ("eval.py",)
+    paper_eval = (100, "sessions")  # its eval.py's num_instructions
     instance_noun, action_noun = "instructions", "actions"
     reward_text = f"the purchase's reward once `done` (`won`: {SUCCESS} or more), else 0"
 
@@ -245,7 +246,7 @@ class WebShopTask(InteractiveTask):
             if note["approximate"]:
                 out.append(f"reward: spaCy model {note['spacy_model']} {note['spacy_model_version']} where the "
                            f"original loads {note['original']}")
-        return out
+        return out + self.paper_size_notes()
 
 
     # -- the agent's view ---------------------------------------------------------------------------------------

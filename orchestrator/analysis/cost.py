@@ -22,21 +22,33 @@ JUDGE_CALLS = "judge_calls.jsonl"  # evaluators.service.JUDGE_CALLS (the orchest
 TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_tokens")
 # a cell's cost columns (cells.parquet, the Cells table) and the per-group means over runs
 COST_COLUMNS = ["driver_calls", "driver_input_tokens", "driver_output_tokens", "driver_tokens", "driver_cost_usd",
-                "driver_estimated_calls", "judge_calls", "judge_cost_usd", "gpu_hours", "cost_usd"]
+                "driver_estimated_calls", "driver_capped_calls", "driver_cap", "driver_limit_calls",
+                "driver_last_at_limit", "judge_calls", "judge_cost_usd", "gpu_hours", "cost_usd"]
 GROUP_COLUMNS = ["cost_runs", "driver_tokens_mean", "driver_cost_usd_mean", "judge_cost_usd_mean", "gpu_hours_mean",
                  "cost_usd_mean", "cost_usd_total", "gpu_hours_total", "usd_per_point", "gpu_hours_per_point"]
 
 
 def metered_totals(lines: Iterable[dict]) -> dict:
     """Calls, tokens and dollars of metered calls (the driver proxy's record lines, for an agent or a judge):
-    `estimated_calls` counts lines marked `estimated` (their tokens counted by the proxy, not the provider)."""
-    out = {"calls": 0, **dict.fromkeys(TOKEN_KEYS, 0), "cost_usd": 0.0, "estimated_calls": 0}
+    `estimated_calls` counts lines marked `estimated` (their tokens counted by the proxy, not the provider);
+    `capped_calls` those whose output cap the proxy wrote into the request (`capped`: {field: [asked, sent]}), `cap`
+    the largest it sent (None: none capped); `limit_calls` those whose reply stopped at its output-token limit
+    (`at_output_limit`), `last_at_limit` whether the last call's did (by time: the agent's last reply was cut)."""
+    out = {"calls": 0, **dict.fromkeys(TOKEN_KEYS, 0), "cost_usd": 0.0, "estimated_calls": 0, "capped_calls": 0,
+           "cap": None, "limit_calls": 0, "last_at_limit": False}
+    last_t = None
     for line in lines:
         out["calls"] += 1
         for key in TOKEN_KEYS:
             out[key] += int(line.get(key) or 0)
         out["cost_usd"] += float(line.get("cost_usd") or 0.0)
         out["estimated_calls"] += bool(line.get("estimated"))
+        sent = [s for _, s in (line.get("capped") or {}).values() if s is not None]
+        out["capped_calls"] += bool(sent)
+        out["cap"] = max([*sent, *([out["cap"]] if out["cap"] is not None else [])], default=None)
+        out["limit_calls"] += bool(line.get("at_output_limit"))
+        if last_t is None or float(line.get("t") or 0.0) >= last_t:
+            last_t, out["last_at_limit"] = float(line.get("t") or 0.0), bool(line.get("at_output_limit"))
     return out
 
 
@@ -50,7 +62,9 @@ def cell_cost(attempt_dir: Path | None, driver_lines: Iterable[dict], gpus: floa
     return {"driver_calls": driver["calls"], "driver_input_tokens": driver["input_tokens"],
             "driver_output_tokens": driver["output_tokens"],
             "driver_tokens": driver["input_tokens"] + driver["output_tokens"], "driver_cost_usd": driver["cost_usd"],
-            "driver_estimated_calls": driver["estimated_calls"], "judge_calls": judge["calls"],
+            "driver_estimated_calls": driver["estimated_calls"], "driver_capped_calls": driver["capped_calls"],
+            "driver_cap": driver["cap"], "driver_limit_calls": driver["limit_calls"],
+            "driver_last_at_limit": driver["last_at_limit"], "judge_calls": judge["calls"],
             "judge_cost_usd": judge["cost_usd"], "gpu_hours": gpu_hours,
             "cost_usd": driver["cost_usd"] + judge["cost_usd"]}
 

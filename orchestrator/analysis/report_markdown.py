@@ -145,6 +145,27 @@ def _cost_section(improvement: pd.DataFrame) -> list[str]:
                     "counted.", ""]
 
 
+def _capped_section(cells: pd.DataFrame) -> list[str]:
+    """Cells whose driver calls the proxy capped (the output cap it wrote into requests that asked for none or more,
+    each record's `capped`), and whether the run's last reply stopped at its output limit; nothing when none."""
+    if "driver_capped_calls" not in cells:
+        return []
+    hit = cells[(cells["driver_capped_calls"].fillna(0) > 0) | cells["driver_last_at_limit"].fillna(False).astype(bool)]
+    if not len(hit):
+        return []
+    rows = [[f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task, r.agent, r.driver, r.seed,
+             f"{int(r.driver_capped_calls)} of {int(r.driver_calls)}", fmt(r.driver_cap, 0),
+             int(r.driver_limit_calls), "**yes**" if r.driver_last_at_limit else "no"] for r in hit.itertuples()]
+    return ["## Capped driver calls", "",
+            "Requests the driver proxy capped: the CLI asked for no output limit or a larger one than the cell's "
+            "(its `output_limit`, at most a quarter of a local model's window), and the proxy wrote that limit in "
+            "(driver_calls.jsonl's `capped`: the field, what was asked, what was sent). \"at the limit\": replies "
+            "the server stopped at their output limit; \"last reply cut\": the run's last call was one, so the agent "
+            "ended on a cut reply (Codex exits 0 then: its status says completed).", "",
+            md_table(["cell", "task", "agent", "driver", "seed", "capped calls", "cap (tokens)", "at the limit",
+                      "last reply cut"], rows), ""]
+
+
 def _manifest_section(info: dict | None) -> list[str]:
     """Where the sweep's configuration was written down before it ran, what it says in brief, and how a resumed
     run's configuration differed (orchestrator/manifest.py)."""
@@ -389,6 +410,7 @@ def render_markdown(out: dict, cells: pd.DataFrame, filters: dict | None, figure
         lines += [md_table(["cell", "task", "agent", "driver", "seed", "estimated calls", "estimated tokens"], rows),
                   ""]
 
+    lines += _capped_section(cells)
     lines += ["## Cells", ""]
     rows = [[r.cell_id if r.status == "pending" else f"[{r.cell_id}](../cells/{r.cell_id}/report.md)", r.task,
              r.agent, r.driver, r.seed, r.status, fmt(r.improvement, signed=True), fmt(r.anchored, signed=True),

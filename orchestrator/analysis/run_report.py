@@ -129,6 +129,8 @@ def cell_report(cell: dict, events: list[dict], cell_dir: Path | None = None) ->
         "tokens": tokens if metered else None, "cost_usd": cost if metered else None,
         # of those, counted by the proxy (streams cut before the server's usage arrived): agents.proxy.estimate
         "estimated_calls": cut["calls"], "estimated_tokens": cut["input_tokens"] + cut["output_tokens"],
+        # calls whose output cap the proxy wrote in, the cap, and whether the run's last reply stopped at its limit
+        "capped_calls": used["capped_calls"], "cap": used["cap"], "last_reply_at_limit": used["last_at_limit"],
         "env_usage": outcome.get("env_usage"),  # level 3: resets, steps and wins through the rollout service
         # the agent's time working vs waiting on its driver's rate limits (budget.working_time counts the first)
         "working_s": outcome.get("working_s"), "waiting_s": outcome.get("waiting_s"),
@@ -284,7 +286,10 @@ def render_markdown(r: dict) -> str:
         "- Budget used: " + ", ".join(f"{k} {fmt(v * 100, 0)}%" for k, v in used.items() if v is not None)
         + (f"; tokens {r['tokens']}, cost ${r['cost_usd']:.4f}" if r["tokens"] is not None else "")
         + (f" ({r['estimated_tokens']} tokens of {r['estimated_calls']} cut call(s) estimated by the proxy)"
-           if r.get("estimated_calls") else ""),
+           if r.get("estimated_calls") else "")
+        + (f"; {r['capped_calls']} call(s) capped by the proxy at {r['cap']} output tokens" if r.get("capped_calls")
+           else "")
+        + ("; **the last reply was cut at its output limit**" if r.get("last_reply_at_limit") else ""),
         f"- Cost: driver ${r['cost']['driver_cost_usd']:.4f} ({r['cost']['driver_tokens']} tokens), judge "
         f"${r['cost']['judge_cost_usd']:.4f}, {r['cost']['gpu_hours']:.3f} GPU-hours reserved"
         + (f"; anchored score {fmt(r['anchored'], signed=True)} (reference {fmt(r['reference_score'])})"

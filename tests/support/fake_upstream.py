@@ -52,6 +52,7 @@ class Reply:
     usage: Usage | None = None          # None: the FakeUpstream's default usage
     status: int = 200                   # >= 400: answer an error in the provider's shape
     error: str = ""
+    cut: bool = False                   # the reply stopped at the request's output limit, as a server says so
 
 
 @dataclass
@@ -233,8 +234,13 @@ def anthropic_json(reply: Reply, model: str, u: Usage) -> dict:
     content = ([{"type": "text", "text": reply.text}] if reply.text else []) + [
         {"type": "tool_use", "id": "toolu_" + c.id, "name": c.name, "input": c.arguments} for c in reply.tool_calls]
     return {"id": "msg_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant", "model": model,
-            "content": content, "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+            "content": content, "stop_reason": _stop(reply, "tool_use" if reply.tool_calls else "end_turn"),
             "stop_sequence": None, "usage": anthropic_usage(u)}
+
+
+def _stop(reply: Reply, reason: str, at_limit: str = "max_tokens") -> str:
+    """The reply's stop reason: the provider's word for its output limit where the reply is `cut`."""
+    return at_limit if reply.cut else reason
 
 
 def anthropic_usage(u: Usage, output: int | None = None) -> dict:
@@ -263,7 +269,7 @@ def anthropic_sse(reply: Reply, model: str, u: Usage, n: int) -> list[bytes]:
             "type": "input_json_delta", "partial_json": json.dumps(c.arguments)}}))
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": i}))
     out.append(_sse("message_delta", {"type": "message_delta", "delta": {
-        "stop_reason": "tool_use" if reply.tool_calls else "end_turn", "stop_sequence": None},
+        "stop_reason": _stop(reply, "tool_use" if reply.tool_calls else "end_turn"), "stop_sequence": None},
         "usage": {"output_tokens": u.output_tokens}}))
     out.append(_sse("message_stop", {"type": "message_stop"}))
     return out
@@ -286,7 +292,8 @@ def chat_json(reply: Reply, model: str, u: Usage) -> dict:
         message["tool_calls"] = _chat_tool_calls(reply)
     return {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": [{"index": 0, "message": message,
-                                         "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+                                         "finish_reason": _stop(reply, "tool_calls" if reply.tool_calls
+                                                                else "stop", "length")}],
             "usage": chat_usage(u)}
 
 
@@ -301,7 +308,7 @@ def chat_sse(reply: Reply, model: str, u: Usage, n: int, include_usage: bool) ->
     out += [chunk({"content": p}) for p in _pieces(reply.text, n)]
     for i, call in enumerate(_chat_tool_calls(reply)):
         out.append(chunk({"tool_calls": [{"index": i, **call}]}))
-    out.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
+    out.append(chunk({}, _stop(reply, "tool_calls" if reply.tool_calls else "stop", "length")))
     if include_usage:   # like the real API: only when stream_options.include_usage is set
         out.append(_sse(None, {**base, "choices": [], "usage": chat_usage(u)}))
     out.append(b"data: [DONE]\n\n")
@@ -327,8 +334,9 @@ def _responses_items(reply: Reply) -> list[dict]:
 
 def responses_json(reply: Reply, model: str, u: Usage, items=None) -> dict:
     return {"id": "resp_" + uuid.uuid4().hex[:24], "object": "response", "created_at": int(time.time()),
-            "status": "completed", "model": model, "output": _responses_items(reply) if items is None else items,
-            "usage": responses_usage(u), "error": None, "incomplete_details": None}
+            "status": _stop(reply, "completed", "incomplete"), "model": model,
+            "output": _responses_items(reply) if items is None else items, "usage": responses_usage(u), "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if reply.cut else None}
 
 
 def responses_sse(reply: Reply, model: str, u: Usage, n: int) -> list[bytes]:
@@ -361,7 +369,7 @@ def responses_sse(reply: Reply, model: str, u: Usage, n: int) -> list[bytes]:
             out.append(ev("response.function_call_arguments.done", item_id=item["id"], output_index=i,
                           arguments=item["arguments"]))
         out.append(ev("response.output_item.done", output_index=i, item=item))
-    out.append(ev("response.completed", response=final))
+    out.append(ev(_stop(reply, "response.completed", "response.incomplete"), response=final))
     return out
 
 
@@ -373,10 +381,10 @@ def gemini_usage(u: Usage, final: bool = True) -> dict:
     return meta
 
 
-def _gemini_chunk(parts, model, u: Usage, finish: bool, rid: str) -> dict:
+def _gemini_chunk(parts, model, u: Usage, finish: bool, rid: str, cut: bool = False) -> dict:
     cand = {"content": {"role": "model", "parts": parts}, "index": 0}
     if finish:
-        cand["finishReason"] = "STOP"
+        cand["finishReason"] = "MAX_TOKENS" if cut else "STOP"
     return {"candidates": [cand], "usageMetadata": gemini_usage(u, final=finish), "modelVersion": model,
             "responseId": rid}
 
@@ -384,7 +392,7 @@ def _gemini_chunk(parts, model, u: Usage, finish: bool, rid: str) -> dict:
 def gemini_json(reply: Reply, model: str, u: Usage) -> dict:
     parts = ([{"text": reply.text}] if reply.text else []) + [
         {"functionCall": {"name": c.name, "args": c.arguments}} for c in reply.tool_calls]
-    return _gemini_chunk(parts, model, u, True, uuid.uuid4().hex[:16])
+    return _gemini_chunk(parts, model, u, True, uuid.uuid4().hex[:16], reply.cut)
 
 
 def gemini_chunks(reply: Reply, model: str, u: Usage, n: int) -> list[dict]:
@@ -393,7 +401,7 @@ def gemini_chunks(reply: Reply, model: str, u: Usage, n: int) -> list[dict]:
     parts = [[{"text": p}] for p in _pieces(reply.text, n)]
     parts += [[{"functionCall": {"name": c.name, "args": c.arguments}}] for c in reply.tool_calls]
     parts = parts or [[{"text": ""}]]
-    return [_gemini_chunk(p, model, u, i == len(parts) - 1, rid) for i, p in enumerate(parts)]
+    return [_gemini_chunk(p, model, u, i == len(parts) - 1, rid, reply.cut) for i, p in enumerate(parts)]
 
 
 # --------------------------------------------------------------------------- the server

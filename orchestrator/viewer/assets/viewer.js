@@ -359,6 +359,7 @@ function entryView(e) {
       case "session": return box("small", `session started: model ${p.model || "—"}`);
       case "result": return box("small", `the CLI's verdict: ${p.ok ? "ok" : "not ok"}${p.turns ? `, ${p.turns} turns` : ""}`, p.text ? textBlock(p.text, "text") : null);
       case "error": return box("failed", el("span", { class: "who" }, "error"), textBlock(p.message, "text"));
+      case "notice": return box("small", el("span", { class: "who" }, "notice"), textBlock(p.message, "text"));
       default: return box("small", `${p.type || "event"}: `, textBlock(Object.fromEntries(Object.entries(p).filter(([k]) => k !== "type")), "code"));
     }
   }
