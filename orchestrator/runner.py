@@ -134,10 +134,13 @@ def start_ray(cluster: DictConfig) -> None:
         # off: every process that runs what an agent made is bounded already (a cell's cgroup, a grader replica's
         # RLIMIT_DATA), and the monitor's victims are whoever ran a task last (one agent's memory bomb once took the
         # Serve controller, the run registry, both graders and both cells, and Tune's controller with them).
+        # Its workers run at this command's niceness plus cluster.worker_niceness (0; Ray's 15 starves them on a
+        # busy machine: conf/cluster/local.yaml).
         ray.init(address="local", num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
                  _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
                  configure_logging=True, logging_level=logging.WARNING,
-                 _system_config={"enable_metrics_collection": False, "memory_monitor_refresh_ms": 0})
+                 _system_config={"enable_metrics_collection": False, "memory_monitor_refresh_ms": 0,
+                                 "worker_niceness": int(cluster.worker_niceness)})
     else:
         ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level=logging.WARNING)
 
