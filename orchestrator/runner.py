@@ -115,6 +115,23 @@ def reap_orphaned_ray_agents() -> int:
     return reaped
 
 
+class RayStartTimeout(RuntimeError):
+    """The local Ray did not start on a machine too busy for Ray's own wait."""
+
+
+def child_pids() -> list[int]:
+    import psutil  # type: ignore[import-untyped]
+
+    return [p.pid for p in psutil.Process().children(recursive=True)]
+
+
+def kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, 9)
+    except OSError:
+        pass
+
+
 def start_ray(cluster: DictConfig) -> None:
     import ray
 
@@ -136,11 +153,31 @@ def start_ray(cluster: DictConfig) -> None:
         # Serve controller, the run registry, both graders and both cells, and Tune's controller with them).
         # Its workers run at this command's niceness plus cluster.worker_niceness (0; Ray's 15 starves them on a
         # busy machine: conf/cluster/local.yaml).
-        ray.init(address="local", num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
-                 _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
-                 configure_logging=True, logging_level=logging.WARNING,
-                 _system_config={"enable_metrics_collection": False, "memory_monitor_refresh_ms": 0,
-                                 "worker_niceness": int(cluster.worker_niceness)})
+        options = dict(address="local", num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
+                       _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
+                       configure_logging=True, logging_level=logging.WARNING,
+                       _system_config={"enable_metrics_collection": False, "memory_monitor_refresh_ms": 0,
+                                       "worker_niceness": int(cluster.worker_niceness)})
+        for attempt in (1, 2):
+            started = set(child_pids())
+            try:
+                ray.init(**options)
+                return
+            except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this one
+                if "timed out during startup" not in str(e):
+                    raise
+                # Ray waits 30 s for its raylet to register (ray/_private/node.py, not a setting): a busy machine
+                # can take longer. Its half-started processes go, and the start is tried once more (warm caches).
+                for pid in set(child_pids()) - started:
+                    kill_quietly(pid)
+                load = os.getloadavg()[0]
+                if attempt == 2:
+                    raise RayStartTimeout(
+                        f"Ray's raylet did not register within Ray's own 30 s, twice (load {load:.1f} on "
+                        f"{os.cpu_count()} cores): the machine is too busy to start Ray; start it when the load is "
+                        "lower, or start it yourself (`ray start --head`) and join it with cluster=ray") from None
+                print(f"[a2rl] Ray's raylet did not register within Ray's own 30 s (load {load:.1f} on "
+                      f"{os.cpu_count()} cores); starting Ray once more", file=sys.stderr, flush=True)
     else:
         ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level=logging.WARNING)
 
