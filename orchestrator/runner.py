@@ -116,7 +116,17 @@ def reap_orphaned_ray_agents() -> int:
 
 
 class RayStartTimeout(RuntimeError):
-    """The local Ray did not start on a machine too busy for Ray's own wait."""
+    """The local Ray's start made no progress."""
+
+
+def slow_start_waits(wait_s: float) -> dict:
+    """Ray's raylet gives its agents (Python processes: the dashboard and runtime-env agents) 15 s to start, then
+    dies ("Timed out waiting for file .../metrics_agent_port_..."): under four CPU hogs on two cores at load 17 they
+    took longer, and no Ray started. They get the sweep's service wait instead."""
+    return {"agent_register_timeout_ms": int(wait_s * 1000)}
+
+
+STARTED_HERE: list[int] = []  # the processes of a local Ray whose slow start this process joined (stop_ray ends them)
 
 
 def child_pids() -> list[int]:
@@ -125,14 +135,101 @@ def child_pids() -> list[int]:
     return [p.pid for p in psutil.Process().children(recursive=True)]
 
 
-def kill_quietly(pid: int) -> None:
+def wait_for_raylet(pids: list[int], wait_s: float) -> str:
+    """The GCS address of the Ray these processes are, once its raylet registered; waited for as long as they
+    progress (use CPU), named when they made no progress for wait_s or the raylet died."""
+    import psutil  # type: ignore[import-untyped]
+    from ray._raylet import GcsClient
+
+    procs = {}
+    for pid in pids:
+        try:
+            procs[pid] = psutil.Process(pid)
+        except psutil.Error:
+            pass
+    from ray._raylet import GCS_SERVER_PORT_NAME, wait_for_persisted_port
+
+    gcs = next((p for p in procs.values() if p.name() == "gcs_server"), None)
+    given = dict(a.lstrip("-").split("=", 1) for a in (gcs.cmdline() if gcs else []) if "=" in a)
+    if "session-dir" not in given or "node-id" not in given:
+        raise RayStartTimeout("Ray's start timed out and left no GCS server to wait for: see the Ray session's logs")
+    # (the GCS chose its port and wrote it into the session folder, as Ray's own start reads it)
+    port = wait_for_persisted_port(given["session-dir"], given["node-id"], GCS_SERVER_PORT_NAME, timeout_ms=0)
+    address = f"{given.get('node-ip-address', '127.0.0.1')}:{port}"
+    print(f"[a2rl] Ray's raylet is slow to register (Ray waits 30 s; load {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores): waiting while its processes progress", file=sys.stderr, flush=True)
+
+    def cpu_s() -> float:  # the raylet's and its agents' (the GCS and Ray's monitors tick on their own)
+        total = 0.0
+        for p in starting:
+            try:
+                times = p.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:
+                pass
+        return total
+
+    starting = [p for p in procs.values() if p.name() == "raylet" or "agent" in " ".join(p.cmdline())]
+    client = GcsClient(address=address)
+    progressed, used = time.monotonic(), cpu_s()
+    while True:
+        try:
+            if client.get_all_node_info(timeout=5):
+                return address
+        except Exception:  # noqa: BLE001 - the GCS itself still busy
+            pass
+        raylet = [p for p in procs.values() if p.name() == "raylet" and alive(p)]
+        if cpu_s() >= used + 1.0:
+            progressed, used = time.monotonic(), cpu_s()
+        if not raylet or time.monotonic() - progressed > wait_s:
+            stop_ray_processes(list(procs))
+            why = "its raylet died" if not raylet else f"its processes made no progress for {wait_s:.0f} s"
+            raise RayStartTimeout(f"the local Ray did not start: {why} (load {os.getloadavg()[0]:.1f} on "
+                                  f"{os.cpu_count()} cores); see raylet.out in the Ray session's logs "
+                                  "(/tmp/ray/session_latest/logs)")
+        time.sleep(1.0)
+
+
+def alive(proc) -> bool:
+    import psutil  # type: ignore[import-untyped]
+
     try:
-        os.kill(pid, 9)
-    except OSError:
-        pass
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
-def start_ray(cluster: DictConfig) -> None:
+def stop_ray_processes(pids: list[int]) -> None:
+    import psutil  # type: ignore[import-untyped]
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+            procs[-1].terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=10)
+
+
+def stop_ray() -> None:
+    """ray.shutdown(), and the processes of a slow start this process joined (ray.shutdown leaves a joined Ray)."""
+    import ray
+
+    ray.shutdown()
+    if STARTED_HERE:
+        stop_ray_processes(STARTED_HERE)
+        STARTED_HERE.clear()
+
+
+def start_ray(cluster: DictConfig, wait_s: float = 600.0) -> None:
+    """wait_s (grading.service_timeout_s): how long a local Ray's start may go without progress."""
     import ray
 
     # Token auth (RAY_AUTH_MODE=token, set by `python -m orchestrator` before ray is imported): without it any
@@ -157,27 +254,21 @@ def start_ray(cluster: DictConfig) -> None:
                        _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
                        configure_logging=True, logging_level=logging.WARNING,
                        _system_config={"enable_metrics_collection": False, "memory_monitor_refresh_ms": 0,
-                                       "worker_niceness": int(cluster.worker_niceness)})
-        for attempt in (1, 2):
-            started = set(child_pids())
-            try:
-                ray.init(**options)
-                return
-            except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this one
-                if "timed out during startup" not in str(e):
-                    raise
-                # Ray waits 30 s for its raylet to register (ray/_private/node.py, not a setting): a busy machine
-                # can take longer. Its half-started processes go, and the start is tried once more (warm caches).
-                for pid in set(child_pids()) - started:
-                    kill_quietly(pid)
-                load = os.getloadavg()[0]
-                if attempt == 2:
-                    raise RayStartTimeout(
-                        f"Ray's raylet did not register within Ray's own 30 s, twice (load {load:.1f} on "
-                        f"{os.cpu_count()} cores): the machine is too busy to start Ray; start it when the load is "
-                        "lower, or start it yourself (`ray start --head`) and join it with cluster=ray") from None
-                print(f"[a2rl] Ray's raylet did not register within Ray's own 30 s (load {load:.1f} on "
-                      f"{os.cpu_count()} cores); starting Ray once more", file=sys.stderr, flush=True)
+                                       "worker_niceness": int(cluster.worker_niceness),
+                                       **slow_start_waits(wait_s)})
+        started = set(child_pids())
+        try:
+            ray.init(**options)
+        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this one
+            if "timed out during startup" not in str(e):
+                raise
+            # Ray waits 30 s for its raylet to register (ray/_private/node.py, not a setting); on a busy machine the
+            # raylet's agents (Python processes) can take longer to start. What it started goes on: it is waited
+            # for while its processes progress, then joined, and stopped with the sweep (stop_ray).
+            STARTED_HERE[:] = sorted(set(child_pids()) - started)
+            address = wait_for_raylet(STARTED_HERE, wait_s)
+            ray.init(address=address, _node_ip_address="127.0.0.1", namespace="a2rl", log_to_driver=False,
+                     configure_logging=True, logging_level=logging.WARNING)
     else:
         ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level=logging.WARNING)
 
@@ -313,7 +404,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
     os.environ["A2RL_CACHE_DIR"] = str(Path(cfg.cache_dir).expanduser().resolve())
     keys = driver_keys(plan.to_run)  # a missing key fails here, before Ray starts
     if started_ray:
-        start_ray(cfg.cluster)
+        start_ray(cfg.cluster, float(cfg.grading.service_timeout_s))
     tasks = list({c.task_name: c.task for c in plan.to_run}.values())
     local = started_ray and cfg.cluster.mode == "local"  # a local Ray takes Serve and every application with it
     try:
@@ -369,4 +460,4 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
                         break
     finally:
         if local:
-            ray.shutdown()
+            stop_ray()

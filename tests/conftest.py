@@ -47,10 +47,13 @@ def ray_cluster(cache_dir, grading_port, tmp_path_factory):
     import ray
     from ray import serve
 
+    from orchestrator.runner import slow_start_waits
+
     # its workers at the niceness a sweep gives them (cluster.worker_niceness): Ray's 15 starves them on a busy machine
     ray.init(address="local", num_cpus=4, resources={"emulated_gpu": 1}, _node_ip_address="127.0.0.1",
              include_dashboard=False, namespace="a2rl", log_to_driver=False, logging_level="WARNING",
-             _system_config={"worker_niceness": int(compose(["cluster=local"]).cluster.worker_niceness)})
+             _system_config={"worker_niceness": int(compose(["cluster=local"]).cluster.worker_niceness),
+                             **slow_start_waits(float(compose([]).grading.service_timeout_s))})
     from orchestrator.services import start_serve
 
     # as a sweep starts it: with the waits a busy machine needs (a sweep then joins this Serve, keeping its settings)
