@@ -119,13 +119,6 @@ class RayStartTimeout(RuntimeError):
     """The local Ray's start made no progress."""
 
 
-def slow_start_waits(wait_s: float) -> dict:
-    """Ray's raylet gives its agents (Python processes: the dashboard and runtime-env agents) 15 s to start, then
-    dies ("Timed out waiting for file .../metrics_agent_port_..."): under four CPU hogs on two cores at load 17 they
-    took longer, and no Ray started. They get the sweep's service wait instead."""
-    return {"agent_register_timeout_ms": int(wait_s * 1000)}
-
-
 STARTED_HERE: list[int] = []  # the processes of a local Ray whose slow start this process joined (stop_ray ends them)
 
 
@@ -183,10 +176,13 @@ def wait_for_raylet(pids: list[int], wait_s: float) -> str:
             progressed, used = time.monotonic(), cpu_s()
         if not raylet or time.monotonic() - progressed > wait_s:
             stop_ray_processes(list(procs))
+            # (Ray 2.60's raylet gives the dashboard agent, a Python process, 15 s to write its ports, not a
+            # setting: at load 14 under four CPU hogs it died so, "Timed out waiting for file .../metrics_agent_port")
             why = "its raylet died" if not raylet else f"its processes made no progress for {wait_s:.0f} s"
             raise RayStartTimeout(f"the local Ray did not start: {why} (load {os.getloadavg()[0]:.1f} on "
-                                  f"{os.cpu_count()} cores); see raylet.out in the Ray session's logs "
-                                  "(/tmp/ray/session_latest/logs)")
+                                  f"{os.cpu_count()} cores; Ray 2.60's raylet gives its dashboard agent 15 s to "
+                                  "start, not a setting). Start the sweep again (a second start finds the files "
+                                  "cached), or when the load is lower; raylet.out in the Ray session's logs says more")
         time.sleep(1.0)
 
 
@@ -254,8 +250,7 @@ def start_ray(cluster: DictConfig, wait_s: float = 600.0) -> None:
                        _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
                        configure_logging=True, logging_level=logging.WARNING,
                        _system_config={"enable_metrics_collection": False, "memory_monitor_refresh_ms": 0,
-                                       "worker_niceness": int(cluster.worker_niceness),
-                                       **slow_start_waits(wait_s)})
+                                       "worker_niceness": int(cluster.worker_niceness)})
         started = set(child_pids())
         try:
             ray.init(**options)

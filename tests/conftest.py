@@ -47,23 +47,22 @@ def ray_cluster(cache_dir, grading_port, tmp_path_factory):
     import ray
     from ray import serve
 
-    from orchestrator.runner import slow_start_waits
+    from orchestrator.runner import start_ray, stop_ray
 
-    # its workers at the niceness a sweep gives them (cluster.worker_niceness): Ray's 15 starves them on a busy machine
-    ray.init(address="local", num_cpus=4, resources={"emulated_gpu": 1}, _node_ip_address="127.0.0.1",
-             include_dashboard=False, namespace="a2rl", log_to_driver=False, logging_level="WARNING",
-             _system_config={"worker_niceness": int(compose(["cluster=local"]).cluster.worker_niceness),
-                             **slow_start_waits(float(compose([]).grading.service_timeout_s))})
+    # as a sweep starts it (orchestrator/runner.start_ray): its workers at the niceness a sweep gives them, and the
+    # waits a busy machine needs for Ray's own start
+    wait_s = float(compose([]).grading.service_timeout_s)
+    start_ray(compose(["cluster=local", "cluster.num_cpus=4", "cluster.emulated_gpus=1"]).cluster, wait_s)
     from orchestrator.services import start_serve
 
     # as a sweep starts it: with the waits a busy machine needs (a sweep then joins this Serve, keeping its settings)
-    start_serve("127.0.0.1", grading_port, float(compose([]).grading.service_timeout_s))
+    start_serve("127.0.0.1", grading_port, wait_s)
     from contracts.runs import get_or_create_registry
 
     get_or_create_registry(tmp_path_factory.mktemp("registry") / "journal.jsonl")  # as a sweep makes it
     yield ray
     serve.shutdown()
-    ray.shutdown()
+    stop_ray()
 
 
 def _serve_apps() -> set[str]:
