@@ -132,7 +132,7 @@ def wait_for_raylet(pids: list[int], wait_s: float) -> str:
     """The GCS address of the Ray these processes are, once its raylet registered; waited for as long as they
     progress (use CPU), named when they made no progress for wait_s or the raylet died."""
     import psutil  # type: ignore[import-untyped]
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
     procs = {}
     for pid in pids:
@@ -140,7 +140,7 @@ def wait_for_raylet(pids: list[int], wait_s: float) -> str:
             procs[pid] = psutil.Process(pid)
         except psutil.Error:
             pass
-    from ray._raylet import GCS_SERVER_PORT_NAME, wait_for_persisted_port
+    from ray._raylet import GCS_SERVER_PORT_NAME, wait_for_persisted_port  # type: ignore[attr-defined]
 
     gcs = next((p for p in procs.values() if p.name() == "gcs_server"), None)
     given = dict(a.lstrip("-").split("=", 1) for a in (gcs.cmdline() if gcs else []) if "=" in a)
