@@ -141,9 +141,7 @@ def agent_sweeps(cache_dir, grading_port, tmp_path_factory, cli_path: str):
 
 @pytest.fixture(scope="module")
 def sweep_runner(ray_cluster, cache_dir, grading_port, tmp_path_factory, cli_bin):
-    linked = tmp_path_factory.mktemp("cli-link") / "clis"  # given through a symbolic link, as a user may
-    linked.symlink_to(cli_bin)
-    yield from agent_sweeps(cache_dir, grading_port, tmp_path_factory, str(linked))
+    yield from agent_sweeps(cache_dir, grading_port, tmp_path_factory, str(cli_bin))
 
 
 @dataclasses.dataclass
