@@ -45,6 +45,7 @@ def bwrap_argv(workspace: Path | None, hidden: Sequence[Path], readonly: Sequenc
     as_root: bwrap runs with privilege and the command drops it (see setpriv_argv); otherwise bwrap makes an
     unprivileged user namespace. files: (source, where) bound read-only; binds: (source, where) read-write.
     tmpfs_bytes: the size of every empty folder made (hidden ones, /dev/shm), so writing there cannot fill memory."""
+    given_workspace = workspace
     workspace = workspace.resolve() if workspace is not None else None
     as_root = os.geteuid() == 0 if as_root is None else as_root
     size = ["--size", str(int(tmpfs_bytes))] if tmpfs_bytes else []
@@ -60,6 +61,11 @@ def bwrap_argv(workspace: Path | None, hidden: Sequence[Path], readonly: Sequenc
     if as_root:  # the command runs as another uid: what it is given must be reachable by that uid
         hidden = [*hidden, *closed_parents(readonly, hidden)]
     hidden = sorted({p.resolve() for p in hidden if p.exists()}, key=_depth)
+    # A path given through a symbolic link (a virtualenv linked into the checkout, a CLI folder behind a link) is
+    # bound where it points; where the link itself lies in a hidden folder, the target is also bound at the given
+    # path, so the name the command uses works inside (unless the target would uncover a hidden path).
+    aliases = sorted({(p.resolve(), Path(os.path.abspath(p))) for p in readonly if p.exists()
+                      and through_link(p, hidden)}, key=lambda pair: _depth(pair[1]))
     # Only bind back what a hidden path would otherwise cover.
     readonly = sorted({p.resolve() for p in readonly if p.exists() and any(_covers(h, p.resolve()) for h in hidden)},
                       key=_depth)
@@ -85,6 +91,8 @@ def bwrap_argv(workspace: Path | None, hidden: Sequence[Path], readonly: Sequenc
         else:  # a folder becomes empty; scratch folders stay usable by the unprivileged agent
             argv += (["--perms", "1777"] if path in (Path("/tmp"), Path("/var/tmp")) else []) + size + \
                 ["--tmpfs", str(path)]
+    for source, where in aliases:
+        argv += parents(where) + ["--ro-bind", str(source), str(where)]
     for source, where in files:
         argv += parents(where) + ["--ro-bind", str(source), str(where)]
     for source, where in binds:
@@ -92,7 +100,17 @@ def bwrap_argv(workspace: Path | None, hidden: Sequence[Path], readonly: Sequenc
     if workspace is not None:
         argv += parents(workspace)
         argv += ["--bind", str(workspace), str(workspace), "--chdir", str(workspace)]
+        if given_workspace is not None and through_link(given_workspace, hidden):  # (a workspace root behind a link)
+            given = Path(os.path.abspath(given_workspace))
+            argv += parents(given) + ["--bind", str(workspace), str(given)]
     return argv
+
+
+def through_link(path: Path, hidden: Sequence[Path]) -> bool:
+    """Whether `path` reaches its folder through a symbolic link that lies in a hidden folder (resolved ones), and its
+    target uncovers none: then the target is bound at `path` too."""
+    given, target = Path(os.path.abspath(path)), path.resolve()
+    return given != target and any(_covers(h, given) for h in hidden) and not any(_covers(target, h) for h in hidden)
 
 
 def closed_parents(readonly: Sequence[Path], hidden: Sequence[Path]) -> list[Path]:

@@ -115,7 +115,117 @@ def reap_orphaned_ray_agents() -> int:
     return reaped
 
 
-def start_ray(cluster: DictConfig) -> None:
+class RayStartTimeout(RuntimeError):
+    """The local Ray's start made no progress."""
+
+
+STARTED_HERE: list[int] = []  # the processes of a local Ray whose slow start this process joined (stop_ray ends them)
+
+
+def child_pids() -> list[int]:
+    import psutil  # type: ignore[import-untyped]
+
+    return [p.pid for p in psutil.Process().children(recursive=True)]
+
+
+def wait_for_raylet(pids: list[int], wait_s: float) -> str:
+    """The GCS address of the Ray these processes are, once its raylet registered; waited for as long as they
+    progress (use CPU), named when they made no progress for wait_s or the raylet died."""
+    import psutil  # type: ignore[import-untyped]
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+    procs = {}
+    for pid in pids:
+        try:
+            procs[pid] = psutil.Process(pid)
+        except psutil.Error:
+            pass
+    from ray._raylet import GCS_SERVER_PORT_NAME, wait_for_persisted_port  # type: ignore[attr-defined]
+
+    gcs = next((p for p in procs.values() if p.name() == "gcs_server"), None)
+    given = dict(a.lstrip("-").split("=", 1) for a in (gcs.cmdline() if gcs else []) if "=" in a)
+    if "session-dir" not in given or "node-id" not in given:
+        raise RayStartTimeout("Ray's start timed out and left no GCS server to wait for: see the Ray session's logs")
+    # (the GCS chose its port and wrote it into the session folder, as Ray's own start reads it)
+    port = wait_for_persisted_port(given["session-dir"], given["node-id"], GCS_SERVER_PORT_NAME, timeout_ms=0)
+    address = f"{given.get('node-ip-address', '127.0.0.1')}:{port}"
+    print(f"[a2rl] Ray's raylet is slow to register (Ray waits 30 s; load {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores): waiting while its processes progress", file=sys.stderr, flush=True)
+
+    def cpu_s() -> float:  # the raylet's and its agents' (the GCS and Ray's monitors tick on their own)
+        total = 0.0
+        for p in starting:
+            try:
+                times = p.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:
+                pass
+        return total
+
+    starting = [p for p in procs.values() if p.name() == "raylet" or "agent" in " ".join(p.cmdline())]
+    client = GcsClient(address=address)
+    progressed, used = time.monotonic(), cpu_s()
+    while True:
+        try:
+            if client.get_all_node_info(timeout=5):
+                return address
+        except Exception:  # noqa: BLE001 - the GCS itself still busy
+            pass
+        raylet = [p for p in procs.values() if p.name() == "raylet" and alive(p)]
+        if cpu_s() >= used + 1.0:
+            progressed, used = time.monotonic(), cpu_s()
+        if not raylet or time.monotonic() - progressed > wait_s:
+            stop_ray_processes(list(procs))
+            # (Ray 2.60's raylet gives the dashboard agent, a Python process, 15 s to write its ports, not a
+            # setting: at load 14 under four CPU hogs it died so, "Timed out waiting for file .../metrics_agent_port")
+            why = "its raylet died" if not raylet else f"its processes made no progress for {wait_s:.0f} s"
+            raise RayStartTimeout(f"the local Ray did not start: {why} (load {os.getloadavg()[0]:.1f} on "
+                                  f"{os.cpu_count()} cores; Ray 2.60's raylet gives its dashboard agent 15 s to "
+                                  "start, not a setting). Start the sweep again (a second start finds the files "
+                                  "cached), or when the load is lower; raylet.out in the Ray session's logs says more")
+        time.sleep(1.0)
+
+
+def alive(proc) -> bool:
+    import psutil  # type: ignore[import-untyped]
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def stop_ray_processes(pids: list[int]) -> None:
+    import psutil  # type: ignore[import-untyped]
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+            procs[-1].terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=10)
+
+
+def stop_ray() -> None:
+    """ray.shutdown(), and the processes of a slow start this process joined (ray.shutdown leaves a joined Ray)."""
+    import ray
+
+    ray.shutdown()
+    if STARTED_HERE:
+        stop_ray_processes(STARTED_HERE)
+        STARTED_HERE.clear()
+
+
+def start_ray(cluster: DictConfig, wait_s: float = 600.0) -> None:
+    """wait_s (grading.service_timeout_s): how long a local Ray's start may go without progress."""
     import ray
 
     # Token auth (RAY_AUTH_MODE=token, set by `python -m orchestrator` before ray is imported): without it any
@@ -134,10 +244,26 @@ def start_ray(cluster: DictConfig) -> None:
         # off: every process that runs what an agent made is bounded already (a cell's cgroup, a grader replica's
         # RLIMIT_DATA), and the monitor's victims are whoever ran a task last (one agent's memory bomb once took the
         # Serve controller, the run registry, both graders and both cells, and Tune's controller with them).
-        ray.init(address="local", num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
-                 _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
-                 configure_logging=True, logging_level=logging.WARNING,
-                 _system_config={"enable_metrics_collection": False, "memory_monitor_refresh_ms": 0})
+        # Its workers run at this command's niceness plus cluster.worker_niceness (0; Ray's 15 starves them on a
+        # busy machine: conf/cluster/local.yaml).
+        options = dict(address="local", num_cpus=cluster.num_cpus, num_gpus=cluster.num_gpus, resources=resources,
+                       _node_ip_address="127.0.0.1", include_dashboard=False, namespace="a2rl", log_to_driver=False,
+                       configure_logging=True, logging_level=logging.WARNING,
+                       _system_config={"enable_metrics_collection": False, "memory_monitor_refresh_ms": 0,
+                                       "worker_niceness": int(cluster.worker_niceness)})
+        started = set(child_pids())
+        try:
+            ray.init(**options)
+        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this one
+            if "timed out during startup" not in str(e):
+                raise
+            # Ray waits 30 s for its raylet to register (ray/_private/node.py, not a setting); on a busy machine the
+            # raylet's agents (Python processes) can take longer to start. What it started goes on: it is waited
+            # for while its processes progress, then joined, and stopped with the sweep (stop_ray).
+            STARTED_HERE[:] = sorted(set(child_pids()) - started)
+            address = wait_for_raylet(STARTED_HERE, wait_s)
+            ray.init(address=address, _node_ip_address="127.0.0.1", namespace="a2rl", log_to_driver=False,
+                     configure_logging=True, logging_level=logging.WARNING)
     else:
         ray.init(address=cluster.address, namespace="a2rl", log_to_driver=False, logging_level=logging.WARNING)
 
@@ -273,7 +399,7 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
     os.environ["A2RL_CACHE_DIR"] = str(Path(cfg.cache_dir).expanduser().resolve())
     keys = driver_keys(plan.to_run)  # a missing key fails here, before Ray starts
     if started_ray:
-        start_ray(cfg.cluster)
+        start_ray(cfg.cluster, float(cfg.grading.service_timeout_s))
     tasks = list({c.task_name: c.task for c in plan.to_run}.values())
     local = started_ray and cfg.cluster.mode == "local"  # a local Ray takes Serve and every application with it
     try:
@@ -329,4 +455,4 @@ def run_trials(cfg, layout: Layout, ledger: Ledger, plan: Plan, sandboxed: bool,
                         break
     finally:
         if local:
-            ray.shutdown()
+            stop_ray()

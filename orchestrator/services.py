@@ -56,25 +56,54 @@ def http_address() -> tuple[str, int]:
 
 
 class ServeStartTimeout(TimeoutError):
-    """Serve's HTTP proxy was not up within the wait the sweep allows its services."""
+    """Serve's HTTP proxy made no progress within the wait the sweep allows its services."""
+
+
+SERVE_ACTORS = ("ServeController", "ProxyActor")
+PROGRESS_CPU_S = 1.0  # CPU seconds Serve's processes must have used since the last progress (an idle loop uses ~0)
+MOST_WAITS = 4        # a start still progressing is given up after this many service waits in all
+
+
+def serve_progress() -> dict[str, tuple[str, int]]:
+    """Serve's controller and proxies now: per live actor, its state and (when it runs on this machine) the CPU
+    seconds its process used; what start_serve tells progress from."""
+    import psutil  # type: ignore[import-untyped]
+    import ray
+
+    seen = {}
+    for actor in ray._private.state.actors().values():  # (Ray's state API needs the dashboard, which is off)
+        if actor.get("ActorClassName") not in SERVE_ACTORS or actor.get("State") == "DEAD":
+            continue
+        cpu = 0.0
+        try:
+            if actor.get("Pid"):
+                times = psutil.Process(actor["Pid"]).cpu_times()
+                cpu = times.user + times.system
+        except psutil.Error:  # on another node, or gone meanwhile
+            pass
+        name = f"{actor['ActorClassName']} pid {actor.get('Pid') or '-'} ({actor['State']})"
+        seen[name] = (actor["State"], cpu)
+    return seen
 
 
 def start_serve(host: str, port: int, wait_s: float) -> None:
     """Start Serve (its controller and HTTP proxy) on the cluster, or join the one running there, and return once its
-    proxy answers. wait_s (grading.service_timeout_s) is how long a slow machine may take.
+    proxy answers. wait_s (grading.service_timeout_s) is how long the start may go without progress.
 
     Ray 2.60's own waits suit a quiet machine: its controller kills a proxy actor that is not ready within
     RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S (5 s) or that misses health checks of RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S
     (10 s), and serve.start gives up after HTTP_PROXY_TIMEOUT (60 s, not a setting). At load 4 on 2 cores the proxy's
     worker process had not even started within 5 s: it was killed ("The actor never ran") and the sweep died before
     its first cell. So the controller is given the sweep's own service wait for both checks, and when serve.start
-    still gives up, the controller (which lives on) is waited for until its proxies are up."""
+    still gives up, the controller (which lives on) is waited for until its proxies are up: as long as the start
+    progresses (a proxy's or an actor's state moves, or their processes use CPU), at most MOST_WAITS service waits in
+    all; a start that made no progress for wait_s is stuck, and named."""
     import ray
     from ray import serve
 
     checks = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(float(wait_s)),
               "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": str(float(wait_s))}
-    deadline = time.monotonic() + wait_s
+    started = time.monotonic()
     try:
         # (controller_options, like http_options, only apply to a controller started here)
         serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "WARNING"},
@@ -82,17 +111,30 @@ def start_serve(host: str, port: int, wait_s: float) -> None:
         return
     except (TimeoutError, ray.exceptions.RayActorError) as e:
         print(f"[a2rl] Serve's HTTP proxy is slow to start ({type(e).__name__}: {str(e).strip().splitlines()[0]}); "
-              f"waiting for it up to {wait_s:.0f} s in all (grading.service_timeout_s)", file=sys.stderr)
+              f"waiting for it while it makes progress (up to {wait_s:.0f} s without any: "
+              "grading.service_timeout_s)", file=sys.stderr)
     proxies: dict = {}
-    while time.monotonic() < deadline:
+    actors: dict = {}
+    states, cpu_s, progressed = None, 0.0, time.monotonic()
+    while True:
+        now = time.monotonic()
         proxies = {node: str(getattr(state, "value", state)) for node, state in serve.status().proxies.items()}
         if proxies and all(state in ("HEALTHY", "DRAINING") for state in proxies.values()):
             return
+        actors = serve_progress()
+        now_states = (proxies, sorted((name, state) for name, (state, _) in actors.items()))
+        now_cpu = sum(cpu for _, cpu in actors.values())
+        if now_states != states or now_cpu >= cpu_s + PROGRESS_CPU_S:
+            states, cpu_s, progressed = now_states, now_cpu, now
+        if now - progressed > wait_s or now - started > MOST_WAITS * wait_s:
+            break
         time.sleep(1.0)
+    stuck = (f"made no progress for {wait_s:.0f} s" if now - progressed > wait_s
+             else f"still starting after {now - started:.0f} s ({MOST_WAITS} x the service wait)")
     raise ServeStartTimeout(
-        f"Serve's HTTP proxy was not up {wait_s:.0f} s after the sweep started it (grading.service_timeout_s="
-        f"{wait_s:g}); proxies by node: {proxies or 'none'}. The machine may be too busy to start a process in that "
-        "time: raise grading.service_timeout_s, or see the proxy's log under the Ray session's logs/serve/")
+        f"Serve's HTTP proxy {stuck} (grading.service_timeout_s={wait_s:g}); proxies by node: {proxies or 'none'}; "
+        f"Serve's actors: {', '.join(actors) or 'none'}. Raise grading.service_timeout_s if the machine is only "
+        "slow, or see the proxy's log under the Ray session's logs/serve/")
 
 
 def free_port(host: str) -> int:

@@ -312,5 +312,10 @@ def check_cluster(cfg: DictConfig) -> None:
     emulated = cfg.cluster.get("emulated_gpus", 0) or 0
     if emulated < 0:
         raise ConfigError(f"cluster.emulated_gpus={emulated} must be >= 0")
+    if mode == "local":
+        niceness = str(cfg.cluster.get("worker_niceness", 0))  # (a string when read from RAY_worker_niceness)
+        if not niceness.removeprefix("-").isdigit() or not -20 <= int(niceness) <= 19:
+            raise ConfigError(f"cluster.worker_niceness={niceness!r} (or RAY_worker_niceness) must be a whole number "
+                              "from -20 to 19, added to this command's niceness for Ray's workers; 0 runs them at it")
     if mode == "ray" and OmegaConf.is_missing(cfg.cluster, "workspace_root"):
         raise ConfigError("cluster.workspace_root is required with cluster=ray: a path every node can reach")

@@ -47,18 +47,22 @@ def ray_cluster(cache_dir, grading_port, tmp_path_factory):
     import ray
     from ray import serve
 
-    ray.init(address="local", num_cpus=4, resources={"emulated_gpu": 1}, _node_ip_address="127.0.0.1",
-             include_dashboard=False, namespace="a2rl", log_to_driver=False, logging_level="WARNING")
+    from orchestrator.runner import start_ray, stop_ray
+
+    # as a sweep starts it (orchestrator/runner.start_ray): its workers at the niceness a sweep gives them, and the
+    # waits a busy machine needs for Ray's own start
+    wait_s = float(compose([]).grading.service_timeout_s)
+    start_ray(compose(["cluster=local", "cluster.num_cpus=4", "cluster.emulated_gpus=1"]).cluster, wait_s)
     from orchestrator.services import start_serve
 
     # as a sweep starts it: with the waits a busy machine needs (a sweep then joins this Serve, keeping its settings)
-    start_serve("127.0.0.1", grading_port, float(compose([]).grading.service_timeout_s))
+    start_serve("127.0.0.1", grading_port, wait_s)
     from contracts.runs import get_or_create_registry
 
     get_or_create_registry(tmp_path_factory.mktemp("registry") / "journal.jsonl")  # as a sweep makes it
     yield ray
     serve.shutdown()
-    ray.shutdown()
+    stop_ray()
 
 
 def _serve_apps() -> set[str]:

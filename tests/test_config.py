@@ -129,6 +129,17 @@ def test_unknown_cluster_mode():
         check_cluster(compose(["cluster.mode=k8s"]))
 
 
+def test_ray_workers_run_at_the_commands_niceness_unless_asked_otherwise(monkeypatch):
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    assert int(compose([]).cluster.worker_niceness) == 0  # not Ray's 15, which starves them on a busy machine
+    monkeypatch.setenv("RAY_worker_niceness", "15")  # Ray's own variable is the user asking
+    assert int(compose([]).cluster.worker_niceness) == 15
+    assert int(compose(["cluster.worker_niceness=5"]).cluster.worker_niceness) == 5
+    for bad in ("high", "20"):
+        with pytest.raises(ConfigError, match=f"cluster.worker_niceness='{bad}'.*from -20 to 19"):
+            check_cluster(compose([f"cluster.worker_niceness={bad}"]))
+
+
 def test_cli_prints_one_line_for_config_errors():
     for args, expected in [(["agent=nope"], "unknown agent 'nope'; known agents: claude_code, codex, command"),
                            (["sweep.seeds=[]"], "sweep.seeds is empty"),

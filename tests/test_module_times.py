@@ -7,18 +7,37 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.module_times import limit, over_budget
+import pytest
+
+from tests.support.module_times import in_units, limit, over_budget
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_module_over_its_limit_is_named_with_its_budget():
-    assert limit(100) == 310
+    assert limit(100) == 180
     budgets = {"tests/test_a.py": 100, "tests/test_b.py": 100}
-    assert over_budget({"tests/test_a.py": 311, "tests/test_b.py": 309}, budgets) == [
-        "tests/test_a.py: 311 s, over 310 s (its budget 100 s)"]
-    assert over_budget({"tests/test_new.py": 211}, {}) == [
-        "tests/test_new.py: 211 s, over 210 s (no budget recorded, default 60 s)"]
+    assert over_budget({"tests/test_a.py": 181, "tests/test_b.py": 179}, budgets) == [
+        "tests/test_a.py: 181 s in the budgets' unit, over 180 s (its budget 100 s)"]
+    assert over_budget({"tests/test_new.py": 121}, {}) == [
+        "tests/test_new.py: 121 s in the budgets' unit, over 120 s (no budget recorded, default 60 s)"]
+
+
+def test_time_counts_in_the_machines_pace_a_busy_machine_passes_and_doubled_work_does_not():
+    """Budgets recorded where the loop took 0.03 s. A module of 100 s there: on a machine three times as busy (the
+    loop takes 0.09 s around it) it takes 300 s and counts 100; with twice its work at the recorded pace it counts
+    200, over its limit of 180."""
+    def ticks(loop_s: float, until: float) -> list[tuple[float, float]]:
+        return [(float(t), loop_s) for t in range(0, int(until) + 2)]
+
+    busy = in_units({"tests/test_a.py": [(0.0, 150.0, 150.0), (150.0, 300.0, 150.0)]}, ticks(0.09, 300), 0.03)
+    assert busy == {"tests/test_a.py": pytest.approx(100.0)}
+    assert over_budget(busy, {"tests/test_a.py": 100}) == []
+    doubled = in_units({"tests/test_a.py": [(0.0, 200.0, 200.0)]}, ticks(0.03, 200), 0.03)
+    assert over_budget(doubled, {"tests/test_a.py": 100}) != []
+    # a phase shorter than a tick takes the ticks on either side; no ticks, or no recorded unit: seconds as measured
+    assert in_units({"m": [(10.2, 10.4, 0.2)]}, [(10.0, 0.06), (11.0, 0.06)], 0.03) == {"m": pytest.approx(0.1)}
+    assert in_units({"m": [(0.0, 5.0, 5.0)]}, [], 0.03) == in_units({"m": [(0.0, 5.0, 5.0)]}, ticks(0.09, 5), None)
 
 
 def run_suite(tmp_path: Path, mode: str, budgets: dict | None) -> subprocess.CompletedProcess:
@@ -36,13 +55,17 @@ def run_suite(tmp_path: Path, mode: str, budgets: dict | None) -> subprocess.Com
 def test_record_then_check_then_a_module_over_budget_fails_the_run(tmp_path):
     recorded = run_suite(tmp_path, "record", None)
     assert recorded.returncode == 0, recorded.stdout
-    assert list(json.loads((tmp_path / "budgets.json").read_text())) == ["test_a.py"]
+    written = json.loads((tmp_path / "budgets.json").read_text())
+    assert list(written["modules"]) == ["test_a.py"] and written["unit_s"] > 0  # the metronome's loop was timed
 
     assert run_suite(tmp_path, "check", None).returncode == 0  # its recorded budget: passes
 
-    over = run_suite(tmp_path, "check", {"test_a.py": -100})  # a limit no run can meet
-    assert over.returncode == 1, over.stdout
-    assert "test_a.py:" in over.stdout and "over -190 s (its budget -100 s)" in over.stdout
-    assert "2 passed" in over.stdout  # the tests themselves passed: only the guard failed the run
+    over = {"unit_s": written["unit_s"], "modules": {"test_a.py": -100}}  # a limit no run can meet
+    failed = run_suite(tmp_path, "check", over)
+    assert failed.returncode == 1, failed.stdout
+    assert "test_a.py:" in failed.stdout and "over -120 s (its budget -100 s)" in failed.stdout
+    assert "2 passed" in failed.stdout  # the tests themselves passed: only the guard failed the run
 
-    assert run_suite(tmp_path, "off", {"test_a.py": -100}).returncode == 0
+    reported = run_suite(tmp_path, "report", over)  # said, not failed
+    assert reported.returncode == 0 and "over -120 s (its budget -100 s)" in reported.stdout, reported.stdout
+    assert run_suite(tmp_path, "off", over).returncode == 0

@@ -32,6 +32,7 @@ from agents.cli.base import build_prompt
 from agents.proxy import ProxyState, RetryPolicy, ThreadServer, make_app
 from evaluators.backends.vllm_backend import VENV_VARIABLE, vllm_python
 from tests.conftest import ROOT
+from tests.support.cells import cells_ended
 from tests.support.fake_upstream import user_texts
 from tests.test_cli_agents import (  # noqa: F401  (cli_bin and sweep_runner are fixtures this module uses)
     cli_bin,
@@ -186,6 +187,8 @@ def test_each_cli_through_vllm_gets_its_prompt_whole_its_cap_and_vllms_own_count
     exact = not any(c["estimated"] for c in calls)
     for k in metered:
         assert metered[k] == pytest.approx(served[k], rel=0 if exact else 0.02), (metered, served, calls)
+    # and each cell ran: it stopped on its own or at its budget, never an agent's or the system's error
+    cells_ended(run.cells.values())
 
 
 SHELL_TOOL = {"type": "function", "name": "shell", "description": "Run a shell command. " * 30,

@@ -184,6 +184,32 @@ def test_hidden_folders_and_files_read_empty_in_the_sandbox(tmp_path):
     assert token.read_text() == "TOKEN"  # hidden from the sandbox, untouched outside
 
 
+def test_paths_given_through_symbolic_links_work_in_the_sandbox(tmp_path):
+    """A folder the sandbox is given through a link that lies in a hidden folder (a CLI folder, a virtualenv linked
+    into the checkout) is bound where it points and reached by the name given; so is a workspace behind a link."""
+    from orchestrator import sandbox
+
+    real, hidden = tmp_path / "real-tools", tmp_path / "checkout"
+    (real / "bin").mkdir(parents=True)
+    tool = real / "bin" / "tool"
+    tool.write_text("#!/bin/sh\necho tool ran\n")
+    tool.chmod(0o755)
+    hidden.mkdir()
+    (hidden / "tools").symlink_to(real)      # the link, inside a hidden folder
+    (tmp_path / "ws-real").mkdir()
+    (tmp_path / "ws-link").symlink_to(tmp_path / "ws-real")
+    given = hidden / "tools" / "bin" / "tool"
+    argv = sandbox.bwrap_argv(tmp_path / "ws-link", [hidden, tmp_path], [hidden / "tools"]) + [
+        "--", "/bin/sh", "-c", f"{given} && ls {hidden} && echo made > {tmp_path / 'ws-link' / 'note'}"]
+    seen = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert seen.returncode == 0 and seen.stdout == "tool ran\ntools\n", seen
+    assert (tmp_path / "ws-real" / "note").read_text() == "made\n"
+    # a link whose target would uncover a hidden folder is not followed
+    (hidden / "everything").symlink_to(tmp_path)
+    argv = sandbox.bwrap_argv(None, [hidden, tmp_path], [hidden / "everything"]) + ["--", "/bin/ls", str(hidden)]
+    assert subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout == ""
+
+
 # Reads the cluster's key-value store straight from its GCS, as any local process could without token auth.
 RAY_PROBE = """import sys
 from ray._raylet import GcsClient
