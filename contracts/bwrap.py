@@ -63,7 +63,7 @@ def bwrap_argv(workspace: Path | None, hidden: Sequence[Path], readonly: Sequenc
     hidden = sorted({p.resolve() for p in hidden if p.exists()}, key=_depth)
     # A path given through a symbolic link (a virtualenv linked into the checkout, a CLI folder behind a link) is
     # bound where it points; where the link itself lies in a hidden folder, the target is also bound at the given
-    # path, so the name the command uses works inside (unless the target would uncover a hidden path).
+    # path, so the name the command uses works inside; what is hidden inside the target is hidden there too.
     aliases = sorted({(p.resolve(), Path(os.path.abspath(p))) for p in readonly if p.exists()
                       and through_link(p, hidden)}, key=lambda pair: _depth(pair[1]))
     # Only bind back what a hidden path would otherwise cover.
@@ -93,6 +93,16 @@ def bwrap_argv(workspace: Path | None, hidden: Sequence[Path], readonly: Sequenc
                 ["--tmpfs", str(path)]
     for source, where in aliases:
         argv += parents(where) + ["--ro-bind", str(source), str(where)]
+        # what is hidden or bound back inside the target stays so under the name given (shallow before deep)
+        for _, bound_back, path in mounts:
+            if _covers(source, path):
+                image = where / path.relative_to(source)
+                if bound_back:
+                    argv += ["--ro-bind", str(path), str(image)]
+                elif path.is_file():
+                    argv += ["--dev-bind", "/dev/null", str(image)]
+                else:
+                    argv += size + ["--tmpfs", str(image)]
     for source, where in files:
         argv += parents(where) + ["--ro-bind", str(source), str(where)]
     for source, where in binds:
@@ -107,10 +117,11 @@ def bwrap_argv(workspace: Path | None, hidden: Sequence[Path], readonly: Sequenc
 
 
 def through_link(path: Path, hidden: Sequence[Path]) -> bool:
-    """Whether `path` reaches its folder through a symbolic link that lies in a hidden folder (resolved ones), and its
-    target uncovers none: then the target is bound at `path` too."""
+    """Whether `path` reaches its folder through a symbolic link that lies in a hidden folder (resolved ones): then
+    the target is bound at `path` too, with what is hidden inside the target hidden there as well (a virtualenv
+    linked into the checkout holds packaged eval data the sandbox hides)."""
     given, target = Path(os.path.abspath(path)), path.resolve()
-    return given != target and any(_covers(h, given) for h in hidden) and not any(_covers(target, h) for h in hidden)
+    return given != target and any(_covers(h, given) for h in hidden)
 
 
 def closed_parents(readonly: Sequence[Path], hidden: Sequence[Path]) -> list[Path]:
