@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import corpus, task  # noqa: F401  (register the tokenizer corpus and the task "alfworld")
+from . import corpus, paper_task, task  # noqa: F401  (register the corpus, the task "alfworld", its paper variant)
 from .generator import TASK_TYPES, build_splits, generate_game, generate_split  # noqa: F401
 
 

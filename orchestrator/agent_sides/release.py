@@ -30,7 +30,7 @@ from contracts.file_lock import build_once
 from contracts.registry import register
 from contracts.release import release_root
 from contracts.specs import CellSpec, ConfigError
-from contracts.task import load_task, task_class
+from contracts.task import load_task, release_benchmark
 from contracts.task_spec import TaskSpec
 from evaluators.workspace_files import run_meta, write_run_meta
 from orchestrator.agent_sides import AgentSide, CellStart, Opened
@@ -91,11 +91,11 @@ class ReleaseSide(AgentSide):
 
 
 def benchmark(task: TaskSpec) -> str | None:
-    """The task's benchmark in the release (None: the release has no such task); a benchmark folder's is its own
-    (`smith-<name>`), so it is read from the task."""
-    if getattr(task_class(task.cls), "original_benchmark", None) is None:
+    """The task's benchmark in the release (None: the release has no such task)."""
+    try:
+        return release_benchmark(task)
+    except ConfigError:  # a protocol the task has no variant for: refused where the task is built, not here
         return None
-    return load_task(task).original_benchmark
 
 
 def release_data(task: TaskSpec, cache_dir: Path) -> Path:
