@@ -1,4 +1,5 @@
-"""The error a user's configuration raises: below every other contracts module, so each can import it."""
+"""The errors that cross the layers: a user's configuration's, and a submitted model's that cannot be loaded (raised
+by the grader's backends and its size checks alike); below every other module, so each can import them."""
 from __future__ import annotations
 
 
@@ -11,3 +12,11 @@ def reject_unknown(given: dict, known, where: str) -> None:
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+
+
+class ModelLoadError(Exception):
+    """The directory is not a loadable causal LM with its tokenizer. `reason` is shown to the agent as is."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason

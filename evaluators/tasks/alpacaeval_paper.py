@@ -11,10 +11,10 @@ from pathlib import Path
 from contracts import screening
 from contracts.decoding import Decoding
 from contracts.errors import ConfigError
-from contracts.task import task_variant, write_original_jsonl
+from contracts.task import task_variant
 from contracts.task_spec import TaskSpec
 from evaluators.judging import alpaca_eval_annotator
-from evaluators.tasks.alpacaeval_task import AlpacaEvalTask, hub_or_local_present, load_alpaca, original_row
+from evaluators.tasks.alpacaeval_task import AlpacaEvalTask, hub_or_local_present
 
 
 @task_variant("alpacaeval", "paper")
@@ -99,10 +99,3 @@ what the win rate would be if your outputs were as long as the reference's), ove
 
             hf_hub_download(repo_id="tatsu-lab/alpaca_eval", filename=alpaca_eval_annotator.GAMED_FILE,
                             repo_type="dataset", token=constants.DATASETS_TOKEN, cache_dir=constants.DEFAULT_CACHE_DIR)
-
-    def original_data(self, target: Path) -> None:
-        """The original's alpacaeval/data.py: train.jsonl, the first n_train rows of train_data (`tatsu-lab/alpaca`;
-        n_train plays its ALPACAEVAL_TRAIN_SAMPLES, 2000 in both) each as its _convert_row makes it, one
-        `json.dumps(row, ensure_ascii=False)` a line."""
-        write_original_jsonl(target / "train.jsonl", (original_row(item)
-                                                      for item in load_alpaca(self.train_data, self.n_train)))

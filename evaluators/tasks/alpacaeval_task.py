@@ -38,7 +38,7 @@ from pathlib import Path
 from contracts import screening
 from contracts.registry import register
 from contracts.specs import ConfigError
-from contracts.task import Task, split_off_final
+from contracts.task import Task, split_off_final, write_original_jsonl
 from contracts.task_spec import TaskSpec
 from evaluators.judging import alpaca_eval_annotator
 from evaluators.judging.pairwise import JUDGE_PROMPT, judge_all
@@ -191,6 +191,13 @@ class AlpacaEvalTask(PairwiseTask):
             rows.append({"id": f"{self.name}-train-{i}", "prompt": prompt, "completion": item["output"],
                          "answer": item["output"]})
         return rows
+
+    def original_data(self, target: Path) -> None:
+        """The original's alpacaeval/data.py: train.jsonl, the first n_train rows of train_data (`tatsu-lab/alpaca`;
+        n_train plays its ALPACAEVAL_TRAIN_SAMPLES, 2000 in both) each as its _convert_row makes it, one
+        `json.dumps(row, ensure_ascii=False)` a line. The same folder under both protocols."""
+        write_original_jsonl(target / "train.jsonl", (original_row(item)
+                                                      for item in load_alpaca(self.train_data, self.n_train)))
 
     def _row(self, split: str, index: int, item: dict) -> dict:
         row = {"id": f"{self.name}-{split}-{index}", "prompt": item["instruction"], "instruction": item["instruction"],
