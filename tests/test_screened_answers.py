@@ -92,7 +92,6 @@ class ScreenedAlpacaEval(AlpacaEvalTask):
 @task_variant("alpacaeval_screened", "paper")
 class ScreenedAlpacaEvalPaper(ScreenedAlpacaEval, AlpacaEvalPaper):
     """Its paper variant: AlpacaEval's, under this module's name too."""
-    protocol_name = "paper"
 
 
 def scripted(folder: Path, answers: dict[str, str] | None = None, otherwise: str = "") -> Path:

@@ -22,7 +22,6 @@ REACT_PROMPTS = f"benchmarks/alfworld/{paper_prompt.FILE_NAME}"  # in the releas
 
 @task_variant("alfworld", "paper")
 class AlfWorldPaper(AlfWorldTask):
-    protocol_name = "paper"
     prompt_module = paper_prompt
     # greedy, raw text, at most 100 new tokens, cut at a newline, no repetition penalty (the original's vLLM
     # SamplingParams), a prompt too long for 4,096 tokens cut to its last ones (rdagent 1.0.0's eval.py,

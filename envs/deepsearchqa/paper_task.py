@@ -19,7 +19,6 @@ from envs.deepsearchqa.task import DeepSearchQATask
 
 @task_variant("deepsearchqa", "paper")
 class DeepSearchQAPaper(DeepSearchQATask):
-    protocol_name = "paper"
     variant_decoding = react.TURN  # the release's ReAct turn (its loop, play(), decodes its forced answers too)
     default_search = "original"  # the release's own search
     original_max_model_len = 4096  # its eval.py's LLM(max_model_len=4096)

@@ -19,7 +19,6 @@ from envs.webshop.task import WebShopTask
 
 @task_variant("webshop", "paper")
 class WebShopPaper(WebShopTask):
-    protocol_name = "paper"
     environment_class = WebShopPaperEnvironment
     # RD-Agent's SamplingParams(temperature=0, max_tokens=100, stop=["\n"])
     variant_decoding = Decoding(paper_prompt.MAX_NEW_TOKENS, paper_prompt.STOP, repetition_penalty=1.0)

@@ -19,7 +19,6 @@ from evaluators.tasks.alpacaeval_task import AlpacaEvalTask, hub_or_local_presen
 
 @task_variant("alpacaeval", "paper")
 class AlpacaEvalPaper(AlpacaEvalTask):
-    protocol_name = "paper"
     eval_file_default = "alpaca_eval_gpt4_baseline.json"  # AlpacaEval 2.0: gpt4_1106_preview's outputs
     variant_decoding = Decoding(max_new_tokens=512, repetition_penalty=1.0)  # RD-Agent's eval_config max_tokens
     original_max_model_len = 4096  # its eval.py's LLM(max_model_len=4096)

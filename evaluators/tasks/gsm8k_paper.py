@@ -19,7 +19,6 @@ from evaluators.tasks.gsm8k_task import Gsm8kTask
 
 @task_variant("gsm8k", "paper")
 class Gsm8kPaper(Gsm8kTask):
-    protocol_name = "paper"
     variant_decoding = Decoding(max_new_tokens=512, repetition_penalty=1.0)  # GenInferencer's max_out_len
     original_max_model_len = 32768  # OpenCompass's VLLMwithChatTemplate as RD-Agent configures it (max_seq_len)
     original_benchmark = "gsm8k"

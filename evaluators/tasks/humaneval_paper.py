@@ -19,7 +19,6 @@ from evaluators.tasks.humaneval_task import HumanEvalTask, judge_code, original_
 
 @task_variant("humaneval", "paper")
 class HumanEvalPaper(HumanEvalTask):
-    protocol_name = "paper"
     # RD-Agent's max_out_len for every OpenCompass model (humaneval_gen sets none)
     variant_decoding = Decoding(max_new_tokens=8192, repetition_penalty=1.0)
     original_max_model_len = 32768  # OpenCompass's VLLMwithChatTemplate as RD-Agent configures it (max_seq_len)

@@ -28,7 +28,7 @@ class ThirdProtocolTask(ReasoningGymTask):
 
 @task_variant("reasoning_gym_third", "third")
 class ThirdProtocolVariant(ThirdProtocolTask):
-    protocol_name = "third"
+    """Grades arithmetic as a2rl does, under the protocol `third`."""
 
 
 @register("agent_side", "third")
