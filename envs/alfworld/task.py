@@ -149,7 +149,7 @@ class AlfWorldTask(InteractiveTask):
 
     @cached_property
     def _splits(self) -> dict[str, list[Path]]:
-        from envs.alfworld import game_sets
+        from envs.alfworld.splits import game_sets
 
         if self.data_path:
             return game_sets(self.games_dir, self.n_train, self.n_eval, self.seed, data_path=self.data_path,
