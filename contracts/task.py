@@ -532,10 +532,10 @@ def variant_class(spec: TaskSpec) -> type[Task]:
     base = task_class(spec.cls)
     if spec.protocol == base.protocol_name:
         return base
-    protocol(spec.protocol)  # a protocol nobody registered is refused by its own name first
     try:
         cls = registry.lookup("task_variant", f"{spec.cls}:{spec.protocol}")
     except ConfigError:
+        protocol(spec.protocol)  # a protocol nobody registered is refused by its own name first
         raise ConfigError(f"task {spec.name}: protocol={spec.protocol!r} is not one {spec.cls} grades by; it has "
                           f"{protocols(spec.cls)}; a task grades by a new protocol through a class registered with "
                           f"@task_variant({spec.cls!r}, {spec.protocol!r}) (docs/extending.md)") from None
@@ -543,6 +543,28 @@ def variant_class(spec: TaskSpec) -> type[Task]:
         raise ConfigError(f"task variant {spec.cls}:{spec.protocol} is {cls!r}, which is not a subclass of "
                           f"{base.__qualname__}")
     return cls
+
+
+@dataclasses.dataclass(frozen=True)
+class CellTask:
+    """What a cell needs of its task, read once from the task its protocol's variant builds (orchestrator/cell.py
+    start_agent reads it, and hands it to the agent side in its CellStart)."""
+    task: Task                          # the task as its variant builds it (its release data, its texts)
+    interactive: bool                   # level 3: the task has a rollout service
+    prompt_file: Path | None            # the render/parse module agents get beside them (interactive tasks)
+    release_benchmark: str | None       # the task's benchmark in the release (None: its variant has none)
+    release_exposed: tuple[str, ...]    # the release's benchmark folder's files linked into a paper workspace
+    bench_dir: Path | None              # the benchmark's folder, where not the release's benchmarks/<its name>
+    hidden_paths: tuple[Path, ...]      # where its hidden split lives outside the grading cache: the sandbox hides it
+
+
+def cell_task(spec: TaskSpec, cache_dir: str | Path) -> CellTask:
+    """The task of a cell's spec and what the cell reads of it, built once."""
+    task = load_task(spec, cache_dir)
+    cls = type(task)
+    return CellTask(task=task, interactive=cls.interactive, prompt_file=module_file(cls, spec.name),
+                    release_benchmark=task.original_benchmark, release_exposed=tuple(task.original_exposed),
+                    bench_dir=task.bench_dir, hidden_paths=tuple(task.hidden_paths()))
 
 
 def release_benchmark(spec: TaskSpec) -> str | None:
@@ -562,12 +584,16 @@ def is_interactive(spec: TaskSpec) -> bool:
 
 def prompt_file(spec: TaskSpec) -> Path | None:
     """The file of the task's render/parse module (stdlib only) under its protocol, for an interactive task."""
-    cls = variant_class(spec)
+    return module_file(variant_class(spec), spec.name)
+
+
+def module_file(cls: type[Task], name: str) -> Path | None:
+    """The file of a task class's render/parse module, for an interactive task (None for another)."""
     if not issubclass(cls, InteractiveTask):
         return None
     module = cls.prompt_module or cls.environment_class.prompt
     if module.__file__ is None:
-        raise ValueError(f"task {spec.name}: its render/parse module {module.__name__} has no file to copy")
+        raise ValueError(f"task {name}: its render/parse module {module.__name__} has no file to copy")
     return Path(module.__file__)
 
 
