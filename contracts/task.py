@@ -51,6 +51,12 @@ class Task:
     original_benchmark: str | None = None
     original_exposed: tuple[str, ...] = ()
     bench_dir: Path | None = None  # the benchmark's folder, where not the release's benchmarks/<original_benchmark>
+
+    @classmethod
+    def release_name(cls, spec: TaskSpec) -> str | None:
+        """The task's benchmark in the release for this config, read without building the task: by default the
+        class's original_benchmark (a class whose benchmark depends on its config says so here)."""
+        return cls.original_benchmark
     _data_path: str | None = None  # the config's data_path (see the data_path property)
 
     def __init__(self, spec: TaskSpec):
@@ -570,11 +576,8 @@ def cell_task(spec: TaskSpec, cache_dir: str | Path) -> CellTask:
 def release_benchmark(spec: TaskSpec) -> str | None:
     """The task's benchmark in the release under its protocol (the agent's $TASK and the release's server's answer,
     e.g. alfworld for alfworld_small): its variant's original_benchmark; None where its variant has none. A task
-    may name it by its config (a benchmark folder is `smith-<name>`): then the task is built to read it."""
-    cls = variant_class(spec)
-    if cls.original_benchmark is None:
-        return None
-    return load_task(spec).original_benchmark
+    may name it by its config (a benchmark folder is `smith-<name>`: Task.release_name), without being built."""
+    return variant_class(spec).release_name(spec)
 
 
 def is_interactive(spec: TaskSpec) -> bool:

@@ -184,6 +184,12 @@ class SmithTask(Task):
                     "answer": "the item's answer (JSON when it is not text)",
                     "completion": "the same, as a reply to learn", "item": "the folder's item as it is"}
 
+    @classmethod
+    def release_name(cls, spec: TaskSpec) -> str | None:
+        """`smith-<name>`, the folder's config.yaml's name (the release's discovery names it so)."""
+        path = spec.params.get("path")
+        return f"smith-{read_config(Path(path).expanduser().resolve())['name']}" if path else cls.original_benchmark
+
     def __init__(self, spec: TaskSpec, *, path: str | None, test_range: str = "[:]", eval_file: str | None = None,
                  eval_size: int = 200, final_size: int = 0, split_seed: int = 0, eval_timeout_s: float = 10.0):
         """path: the benchmark folder. test_range: paper only, the slice of data/train.jsonl graded (the release's
