@@ -1,5 +1,6 @@
 """One registry for every name a config can hold: tasks, agent kinds, CLI adapters, evaluator backends, base models,
-tokenizer corpora and driver providers (and the agent sides of protocols, orchestrator/agent_sides).
+tokenizer corpora and driver providers; the grading protocols (contracts/protocols.py), a task's variant under each
+(contracts/task.py task_variant) and their agent sides (orchestrator/agent_sides).
 
 A module registers what it defines under a name with a decorator, the way Inspect's `@task` does:
 
@@ -17,9 +18,10 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from contracts.specs import ConfigError
+from contracts.errors import ConfigError
 
-KINDS = ("task", "agent_kind", "agent_side", "cli_adapter", "backend", "base_model", "tokenizer_corpus", "provider")
+KINDS = ("task", "task_variant", "protocol", "agent_kind", "agent_side", "cli_adapter", "backend", "base_model",
+         "tokenizer_corpus", "provider")
 
 T = TypeVar("T")
 

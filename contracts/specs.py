@@ -10,21 +10,11 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # (contracts.task_spec imports this module)
-    from contracts.task_spec import TaskSpec
-
-
-class ConfigError(ValueError):
-    """A mistake in the user's configuration; the message says which key, which value, what to do."""
-
-
-def reject_unknown(given: dict, known, where: str) -> None:
-    """A ConfigError naming the keys of `given` that are not `known` (a typo would otherwise be ignored)."""
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+from contracts.errors import ConfigError, reject_unknown  # noqa: F401  (where most modules import them from)
+from contracts.identity import task_identity
+from contracts.task_spec import TaskSpec
 
 
 @dataclass(frozen=True)
@@ -144,8 +134,6 @@ class CellSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "CellSpec":
-        from contracts.task_spec import TaskSpec
-
         return cls(
             agent=AgentSpec(**d["agent"]),
             driver=DriverSpec(**d["driver"]),
@@ -178,33 +166,6 @@ class CellOptions:
     @classmethod
     def from_dict(cls, d: dict) -> "CellOptions":
         return cls(**d)
-
-
-# Grader settings that change how fast a score comes, not what it is.
-GRADER_RUNTIME_KEYS = {"num_cpus", "num_gpus", "num_replicas", "batch_size", "max_concurrent", "backend", "threads",
-                       "infra_retries", "gpu_memory_utilization", "tensor_parallel_size", "max_model_len",
-                       "kv_cache_gb", "memory_gb", "submission_max_files", "submission_max_gb"}
-
-
-# Task classes were named by their import path when the first ledgers were written. Identities still hash those
-# names, so cells keep their ids and score caches their keys now that a task class is registered by a short name.
-TASK_CLASS_IDENTITY = {
-    "reasoning_gym": "evaluators.tasks.reasoning_gym_task:ReasoningGymTask",
-    "alfworld": "evaluators.tasks.alfworld_task:AlfWorldTask",
-}
-
-
-def task_identity(task: dict) -> dict:
-    """A task config without its grader's resource knobs, its class under the name its first cells hashed."""
-    out = dict(task)
-    if "cls" in out:
-        out["cls"] = TASK_CLASS_IDENTITY.get(out["cls"], out["cls"])
-    out["grader"] = {k: v for k, v in (task.get("grader") or {}).items() if k not in GRADER_RUNTIME_KEYS}
-    out.pop("contamination", None)  # how the grader checks what agents wrote, not what the task is
-    out.pop("known_models", None)   # which checkpoints the grader tells submissions from, likewise
-    out.pop("reference_score", None)  # what the report anchors scores to, not what the task is
-    out.pop("reference_source", None)
-    return out
 
 
 def _identity(spec: CellSpec) -> dict:

@@ -2,6 +2,13 @@
 
 A task class registers itself under a name (`@register("task", "reasoning_gym")`); a task's YAML names it in `cls:`
 and gives its knobs, which are the class's constructor arguments after the spec. `build_task(spec)` builds one.
+
+A task grades under a protocol (its config's `protocol:`, contracts/protocols.py). The class registered as the task
+is its `a2rl` variant; every other protocol it grades by is a subclass registered with `@task_variant(task,
+protocol)`, which carries that protocol's values as data (decoding, texts, metric, the release's artefacts, its
+approximations, judge and search defaults, the release's benchmark name) and its code differences as overrides,
+the way lm-eval's sibling YAML (`gsm8k-cot-llama.yaml`) is a variant of its task. `variant_class(spec)` chooses the
+class once, where the task is built; a protocol the task has no variant for is a ConfigError naming the ones it has.
 The grading service scores a submission (evaluators.evaluate): one greedy reply per eval row scored by `score`, or,
 for an interactive task, one episode per eval instance of its environment.
 """
@@ -16,11 +23,11 @@ from functools import cached_property
 from pathlib import Path
 
 from contracts import registry
-from contracts.protocols import protocol
 from contracts.decoding import Decoding, Prompt
 from contracts.environment import Demonstration, Environment
+from contracts.errors import ConfigError
 from contracts.layout import default_cache_dir
-from contracts.specs import ConfigError
+from contracts.protocols import protocol
 from contracts.task_spec import GraderSettings, RolloutSettings, TaskSpec
 
 
@@ -33,9 +40,10 @@ class Task:
     """Base class. Subclasses fill in the splits, the instructions and the scorer; the chat is one user message."""
 
     interactive = False  # an interactive task is an InteractiveTask: its items are episodes in an environment
-    # How the task can be graded (its config's `protocol:`): `a2rl`, a2rl's own; `paper`, exactly as the original
-    # benchmark grades it (prompt, decoding, reply handling, scoring, metric), for tasks that have one.
-    protocols: tuple[str, ...] = ("a2rl",)
+    # The protocol this class grades by (its config's `protocol:`): the class registered as a task is its `a2rl`
+    # variant (a2rl's own grading); a variant registered with task_variant() says its own (`paper`: exactly as the
+    # original benchmark grades it: prompt, decoding, reply handling, scoring, metric).
+    protocol_name = "a2rl"
     eval_salt: str | None = None  # the config's fixed salt, where the task takes one (null: the secret)
     # The original benchmark's agent side (issue 34): its benchmark id in RD-Agent's AutoRL-Bench (rdagent 1.0.0's
     # benchmarks registry; None: the task has no original agent side) and that registry's `expose_files` for it,
@@ -43,9 +51,18 @@ class Task:
     original_benchmark: str | None = None
     original_exposed: tuple[str, ...] = ()
     bench_dir: Path | None = None  # the benchmark's folder, where not the release's benchmarks/<original_benchmark>
+
+    @classmethod
+    def release_name(cls, spec: TaskSpec) -> str | None:
+        """The task's benchmark in the release for this config, read without building the task: by default the
+        class's original_benchmark (a class whose benchmark depends on its config says so here)."""
+        return cls.original_benchmark
     _data_path: str | None = None  # the config's data_path (see the data_path property)
 
     def __init__(self, spec: TaskSpec):
+        if spec.protocol != self.protocol_name:
+            raise ConfigError(f"task {spec.name}: protocol={spec.protocol!r}, but {type(self).__name__} is the "
+                              f"{self.protocol_name!r} variant of {spec.cls}: build it with build_task(spec)")
         self.spec = spec
         self.name = spec.name
         self.protocol = spec.protocol
@@ -202,9 +219,13 @@ For each eval {self.item} the grader {asks}.{needs}
 {scoring or self.scoring}
 """
 
+    # the variant's own decoding, a value (the release's: GSM8K's 512 tokens at repetition penalty 1.0); None:
+    # greedy, grader.max_new_tokens
+    variant_decoding: Decoding | None = None
+
     def decoding(self) -> Decoding:
         """How the grader decodes this task's prompts under its protocol (the same on every backend)."""
-        return Decoding(max_new_tokens=self.grader.max_new_tokens)
+        return self.variant_decoding or Decoding(max_new_tokens=self.grader.max_new_tokens)
 
     def messages(self, row: dict) -> Prompt:
         """The prompt the grader feeds the model: a chat (rendered with the model's own chat template), or raw text
@@ -307,7 +328,7 @@ class InteractiveTask(Task):
 
     interactive = True
     environment_class: type[Environment]  # its render/parse module is what built-in agents get beside them
-    prompt_modules: dict = {}  # protocol -> the render/parse module agents get under it, where not the class's
+    prompt_module = None  # the render/parse module agents get under this variant's protocol (None: the environment's)
     eval_workers = 0  # processes stepping eval episodes while the model generates (0: in the grader's process)
     n_train = n_eval = n_final = 0  # split sizes (set_splits)
     # What the instructions call the instances and actions (the rollout API calls them games and commands), and
@@ -335,11 +356,11 @@ class InteractiveTask(Task):
                              f"final_size={final_size} >= 0 (or null: as many as n_eval)")
 
     def paper_size_notes(self, graded: int | None = None) -> list[str]:
-        """Under protocol paper, one line when the eval split is not the paper's size (`graded`: how many items it
-        holds, where n_eval is not that count: a cap, 0 for all): its scores are then not comparable with the
-        paper's, so approximations() names it and every score is flagged `approximate`. Cheap: a count, no data."""
-        # protocol branch (stays): the paper's size is promised only where the release's grading is
-        if self.protocol != "paper" or self.paper_eval is None:
+        """For a variant that sets paper_eval (the paper's eval size), one line when the eval split is not the
+        paper's size (`graded`: how many items it holds, where n_eval is not that count: a cap, 0 for all): its scores
+        are then not comparable with the paper's, so approximations() names it and every score is flagged
+        `approximate`. Cheap: a count, no data."""
+        if self.paper_eval is None:  # a value only a variant graded as the paper sets
             return []
         size, noun = self.paper_eval
         graded = self.n_eval if graded is None else graded
@@ -486,10 +507,77 @@ def split_off_final(items: list, final_size: int, task: str) -> tuple[list, list
 
 
 def task_class(name: str) -> type[Task]:
+    """The class registered as task `name`: its a2rl variant."""
     cls = registry.lookup("task", name)
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise ConfigError(f"task class {name!r} is registered as {cls!r}, which is not a Task")
     return cls
+
+
+def task_variant(task: str, protocol_name: str):
+    """Class decorator: the class is task `task`'s variant under protocol `protocol_name` (a subclass of the task's
+    class that says how that protocol grades it). The protocol itself must be registered (contracts/protocols.py)."""
+
+    def add(cls: type[Task]) -> type[Task]:
+        cls.protocol_name = protocol_name  # what its instances check their spec's protocol against
+        return registry.register("task_variant", f"{task}:{protocol_name}")(cls)
+
+    return add
+
+
+def protocols(task: str) -> list[str]:
+    """The protocols task `task` grades by: a2rl (its registered class), then those of its variants."""
+    prefix = f"{task}:"
+    return [task_class(task).protocol_name, *(name.removeprefix(prefix) for name in registry.names("task_variant")
+                      if name.startswith(prefix))]
+
+
+def variant_class(spec: TaskSpec) -> type[Task]:
+    """The class that grades task spec.cls under spec.protocol, chosen once: the registered task class for a2rl,
+    else its variant registered under the protocol; any other protocol is refused by name."""
+    base = task_class(spec.cls)
+    if spec.protocol == base.protocol_name:
+        return base
+    try:
+        cls = registry.lookup("task_variant", f"{spec.cls}:{spec.protocol}")
+    except ConfigError:
+        protocol(spec.protocol)  # a protocol nobody registered is refused by its own name first
+        raise ConfigError(f"task {spec.name}: protocol={spec.protocol!r} is not one {spec.cls} grades by; it has "
+                          f"{protocols(spec.cls)}; a task grades by a new protocol through a class registered with "
+                          f"@task_variant({spec.cls!r}, {spec.protocol!r}) (docs/extending.md)") from None
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigError(f"task variant {spec.cls}:{spec.protocol} is {cls!r}, which is not a subclass of "
+                          f"{base.__qualname__}")
+    return cls
+
+
+@dataclasses.dataclass(frozen=True)
+class CellTask:
+    """What a cell needs of its task, read once from the task its protocol's variant builds (orchestrator/cell.py
+    start_agent reads it, and hands it to the agent side in its CellStart)."""
+    task: Task                          # the task as its variant builds it (its release data, its texts)
+    interactive: bool                   # level 3: the task has a rollout service
+    prompt_file: Path | None            # the render/parse module agents get beside them (interactive tasks)
+    release_benchmark: str | None       # the task's benchmark in the release (None: its variant has none)
+    release_exposed: tuple[str, ...]    # the release's benchmark folder's files linked into a paper workspace
+    bench_dir: Path | None              # the benchmark's folder, where not the release's benchmarks/<its name>
+    hidden_paths: tuple[Path, ...]      # where its hidden split lives outside the grading cache: the sandbox hides it
+
+
+def cell_task(spec: TaskSpec, cache_dir: str | Path) -> CellTask:
+    """The task of a cell's spec and what the cell reads of it, built once."""
+    task = load_task(spec, cache_dir)
+    cls = type(task)
+    return CellTask(task=task, interactive=cls.interactive, prompt_file=module_file(cls, spec.name),
+                    release_benchmark=task.original_benchmark, release_exposed=tuple(task.original_exposed),
+                    bench_dir=task.bench_dir, hidden_paths=tuple(task.hidden_paths()))
+
+
+def release_benchmark(spec: TaskSpec) -> str | None:
+    """The task's benchmark in the release under its protocol (the agent's $TASK and the release's server's answer,
+    e.g. alfworld for alfworld_small): its variant's original_benchmark; None where its variant has none. A task
+    may name it by its config (a benchmark folder is `smith-<name>`: Task.release_name), without being built."""
+    return variant_class(spec).release_name(spec)
 
 
 def is_interactive(spec: TaskSpec) -> bool:
@@ -499,12 +587,16 @@ def is_interactive(spec: TaskSpec) -> bool:
 
 def prompt_file(spec: TaskSpec) -> Path | None:
     """The file of the task's render/parse module (stdlib only) under its protocol, for an interactive task."""
-    cls = task_class(spec.cls)
+    return module_file(variant_class(spec), spec.name)
+
+
+def module_file(cls: type[Task], name: str) -> Path | None:
+    """The file of a task class's render/parse module, for an interactive task (None for another)."""
     if not issubclass(cls, InteractiveTask):
         return None
-    module = cls.prompt_modules.get(spec.protocol, cls.environment_class.prompt)
+    module = cls.prompt_module or cls.environment_class.prompt
     if module.__file__ is None:
-        raise ValueError(f"task {spec.name}: its render/parse module {module.__name__} has no file to copy")
+        raise ValueError(f"task {name}: its render/parse module {module.__name__} has no file to copy")
     return Path(module.__file__)
 
 
@@ -519,13 +611,11 @@ def knobs(cls: type) -> dict[str, inspect.Parameter]:
 
 
 def build_task(spec: TaskSpec, cache_dir: str | Path | None = None, cls: type[Task] | None = None) -> Task:
-    """The task a spec describes. Its knobs must be the class's constructor arguments: an unknown one is a
-    ConfigError naming the task and the arguments it takes. `cls`: the class itself, for a process whose registry
-    does not know the name (a Serve replica gets the class from the process that deployed it)."""
-    cls = cls or task_class(spec.cls)
-    if spec.protocol not in cls.protocols:
-        raise ConfigError(f"task {spec.name}: protocol={spec.protocol!r} is not one {spec.cls} grades by; it has "
-                          f"{list(cls.protocols)}")
+    """The task a spec describes, as its protocol's variant grades it (variant_class). Its knobs must be the class's
+    constructor arguments: an unknown one is a ConfigError naming the task and the arguments it takes. `cls`: the
+    variant class itself, for a process whose registry does not know the name (a Serve replica gets the class from
+    the process that deployed it)."""
+    cls = cls or variant_class(spec)
     if cls.interactive != (spec.level == 3):
         raise ConfigError(f"task {spec.name}: level={spec.level}, but {spec.cls} is "
                           f"{'an interactive task (level 3)' if cls.interactive else 'not interactive (level 1 or 2)'}")

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from contracts.specs import ConfigError, task_identity
+from contracts.errors import ConfigError
+from contracts.identity import task_identity
 
 DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "conf" / "task_defaults.yaml"
 
@@ -179,7 +180,7 @@ class TaskSpec:
     base_model: str
     level: int
     description: str
-    protocol: str                   # how the task is graded (a name the class lists in Task.protocols)
+    protocol: str                   # how the task is graded (the task class grades by it: contracts.task.protocols)
     grader: GraderSettings
     rollout: RolloutSettings
     contamination: ContaminationSettings

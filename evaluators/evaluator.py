@@ -235,7 +235,7 @@ class Evaluator:
                 "n": len(self.rows["retention"])}
 
     def _load(self, model_dir: Path):
-        from evaluators.backends.base import ModelLoadError
+        from contracts.errors import ModelLoadError
 
         try:
             return self.backend.load(model_dir)

@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse
 from contracts.refusals import Refusal
 from contracts.runs import APIS, Run
 from contracts.specs import ConfigError
-from contracts.task import task_class
+from contracts.task import release_benchmark as task_benchmark
 from contracts.task_spec import TaskSpec
 from evaluators.submissions import cache_key, resolve_model_path
 from evaluators.workspace_files import run_meta, write_run_meta, write_scores
@@ -143,7 +143,7 @@ def release_benchmark(spec: TaskSpec) -> str:
     """The name the release's server answers with (the agent's $TASK, e.g. alfworld for alfworld_small); a2rl's
     task name for a class the release does not have (or a user's class this process cannot import)."""
     try:
-        return task_class(spec.cls).original_benchmark or spec.name
+        return task_benchmark(spec) or spec.name
     except ConfigError:
         return spec.name
 

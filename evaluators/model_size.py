@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from evaluators.backends.base import ModelLoadError
+from contracts.errors import ModelLoadError
 
 MAX_LAYERS = 512          # the largest open causal LMs have ~130; building 1,000 layers on meta alone takes ~4 s
 MAX_HEADER_BYTES = 100 << 20  # a safetensors header larger than this is not a checkpoint (the format's own cap)

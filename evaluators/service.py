@@ -31,7 +31,7 @@ def deploy(spec: TaskSpec, cache_dir: str, emulated_gpus: bool = False, driver_u
     (pickled by reference, so their process imports the module that defines it).
     """
     from contracts.serving import deploy_once, scoped_route
-    from contracts.task import task_class
+    from contracts.task import variant_class
 
     def build():
         options: dict = {"num_cpus": spec.grader.num_cpus}
@@ -48,8 +48,8 @@ def deploy(spec: TaskSpec, cache_dir: str, emulated_gpus: bool = False, driver_u
             max_ongoing_requests=spec.grader.max_concurrent)
         router = Grader.options(  # type: ignore[attr-defined]
             name=app_name(spec.name, scope), ray_actor_options={"num_cpus": 0})
-        retention_cls = None if spec.retention is None else task_class(spec.retention.task["cls"])
-        return router.bind(evaluator.bind(task_class(spec.cls), spec, cache_dir, driver_url, scope, retention_cls),
+        retention_cls = None if spec.retention is None else variant_class(TaskSpec.from_config(spec.retention.task))
+        return router.bind(evaluator.bind(variant_class(spec), spec, cache_dir, driver_url, scope, retention_cls),
                            spec, scope)
 
     route = scoped_route(f"/{spec.name}", scope)

@@ -360,7 +360,7 @@ def check_task_data(cells: list[CellSpec], cache_dir: Path, downloads: dict) -> 
     file prepare fetched whose bytes changed since (or that a pin does not name) is refused naming the file."""
     from contracts.specs import ConfigError
     from orchestrator import lock
-    from orchestrator.manifest import HASH_CACHE, FileHashes
+    from orchestrator.file_hashes import HASH_CACHE, FileHashes
 
     artefacts = sweep_artefacts(cells, cache_dir)
     command = prepare_command()

@@ -41,7 +41,7 @@ from contracts.records import (
 )
 from contracts.runs import RunRegistration
 from contracts.specs import CellOptions, CellSpec
-from contracts.task import is_interactive, load_task, prompt_file
+from contracts.task import cell_task, load_task
 from contracts.task_spec import TaskSpec
 from orchestrator import reprompt, sandbox
 from orchestrator.agent_sides import CellStart, agent_side
@@ -75,8 +75,12 @@ def answer(response, timeout_s: float, what: str):
 
 def sandbox_paths(layout: Layout, task: TaskSpec) -> tuple[list[Path], list[Path]]:
     """What the sandbox hides and what it binds back read-only, computed on the node that runs the agent."""
-    hidden = [PROJECT_ROOT, Path("/tmp"), Path.home(), *layout.hidden_from_agents(),
-              *load_task(task, layout.cache_dir).hidden_paths()]
+    return sandbox_paths_hiding(layout, load_task(task, layout.cache_dir).hidden_paths())
+
+
+def sandbox_paths_hiding(layout: Layout, task_hidden) -> tuple[list[Path], list[Path]]:
+    """sandbox_paths, given where the task's hidden split lives (CellTask.hidden_paths)."""
+    hidden = [PROJECT_ROOT, Path("/tmp"), Path.home(), *layout.hidden_from_agents(), *task_hidden]
     if os.environ.get("RAY_AUTH_TOKEN_PATH"):  # the cluster's token, when it is not in $HOME (~/.ray/auth_token)
         hidden.append(Path(os.environ["RAY_AUTH_TOKEN_PATH"]))
     readonly = [*sandbox.python_paths(), layout.models_cache]
@@ -230,11 +234,12 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
 
     cell, layout = attempt.cell, attempt.layout
     side = agent_side(cell)
+    task = cell_task(cell.task, layout.cache_dir)  # what the cell reads of its task, once
     base_model = resolve_base_model(cell.task.base_model, layout.models_cache)
     grader = serve.get_app_handle(app_name(cell.task_name, opts.scope))
     token = secrets.token_urlsafe(24)
     settings = sandbox.Settings.from_cfg(opts.sandbox)
-    hidden, readonly = sandbox_paths(layout, cell.task)
+    hidden, readonly = sandbox_paths_hiding(layout, task.hidden_paths)
     check = sandbox.preflight_command(opts.sandbox.get("preflight"), cell.budget.gpus, opts.emulated)
     if opts.sandboxed and check:  # raises PreflightFailed: an infra error, retried, no budget spent yet
         sandbox.preflight(check, {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
@@ -243,13 +248,14 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
     # a judged task's baseline is scored once, before any cell's budget starts
     answer(grader.ensure_baseline.remote(), opts.eval_timeout_s + opts.service_timeout_s,
            f"the grader of {cell.task_name} (its baseline)")
-    deadline = time.time() + cell.budget.wall_time_s  # the budget starts now
+    budget_started = time.time()  # the budget starts now: the one reading of it the side and the grader get
+    deadline = budget_started + cell.budget.wall_time_s
     workspace = layout.workspace(cell.cell_id, attempt.number)
-    argv, code_files = kind.command(cell.agent, prompt_file(cell.task))
+    argv, code_files = kind.command(cell.agent, task.prompt_file)
     opened = side.open(CellStart(
         cell=cell, workspace=workspace, cache_dir=layout.cache_dir, base_model=base_model, code_files=code_files,
-        grading_url=f"{opts.grading_url}/{cell.task_name}", token=token, started=attempt.started, deadline=deadline,
-        interactive=is_interactive(cell.task), sandbox=settings))
+        grading_url=f"{opts.grading_url}/{cell.task_name}", token=token, started=attempt.started,
+        budget_started=budget_started, deadline=deadline, task=task, sandbox=settings))
     env, readonly = opened.env, readonly + opened.readonly
     forward = sorted({*reachable(opts), *opened.forward})
     try:
@@ -266,7 +272,7 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
             given=given_digests(workspace),
             driver_key=session.key if session is not None else None,  # /status shows its tokens
             # the side's grading API, with what the release's /time and /health say
-            api=side.api, budget_started_at=deadline - cell.budget.wall_time_s,
+            api=side.api, budget_started_at=budget_started,
             timeout_s=int(cell.budget.wall_time_s),
             gpus=tuple(g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()))),
             opts.eval_timeout_s + opts.service_timeout_s, f"the grader of {cell.task_name} (registering the run)")
@@ -283,7 +289,7 @@ def start_agent(attempt: Attempt, kind: AgentKind, session: AgentSession | None,
             session.close()
         opened.close()
         raise
-    return RunningAgent(workspace, token, deadline, registered["baseline_score"], is_interactive(cell.task), process,
+    return RunningAgent(workspace, token, deadline, registered["baseline_score"], task.interactive, process,
                         time.time(), grader, argv, env, spawn, registered.get("judge_agreement"),
                         close_side=opened.close)
 

@@ -133,10 +133,11 @@ def stand_ins(cells: list[CellSpec], cache_dir: Path) -> dict[str, list[str]]:
     """{task: what stands in for the original's grading} for the tasks graded as the paper whose data, search, judge
     or model is not the paper's (a generated store, a substitute search, no judge): their scores are flagged
     `approximate` (the task's approximations())."""
+    from contracts.protocols import protocol
     from contracts.task import load_task
 
-    # protocol branch (stays): stand-ins are named only where the release's grading is promised (the tasks say what)
-    tasks = {c.task_name: c.task for c in cells if c.task.protocol == "paper"}
+    # stand-ins are named only where the release's grading is promised (the tasks say what)
+    tasks = {c.task_name: c.task for c in cells if protocol(c.task.protocol).checks_release}
     return {name: notes for name, spec in tasks.items() if (notes := load_task(spec, cache_dir).approximations())}
 
 
@@ -160,12 +161,13 @@ def check_stand_ins(cells: list[CellSpec], cache_dir: Path, emulated: bool, allo
 def paper_task_lines(cells: list[CellSpec], cache_dir: Path) -> list[str]:
     """For the dry run, per task graded as the paper: whether it reads the paper's data (and where) or stand-ins,
     and the keys its search and judge read."""
+    from contracts.protocols import protocol
     from contracts.task import load_task
     from orchestrator.sweep import judge_drivers
 
     lines = []
-    # protocol branch (stays): the dry run's lines on the release's data, search and judge, per task graded as it
-    for name, spec in {c.task_name: c.task for c in cells if c.task.protocol == "paper"}.items():
+    # the dry run's lines on the release's data, search and judge, per task graded as it
+    for name, spec in {c.task_name: c.task for c in cells if protocol(c.task.protocol).checks_release}.items():
         task = load_task(spec, cache_dir)
         notes = task.approximations()
         where = getattr(task, "data_path", None)

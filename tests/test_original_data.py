@@ -95,12 +95,12 @@ def test_the_configs_load_what_the_original_loads():
 
 
 def test_each_paper_task_names_its_benchmark_and_exposed_files():
-    from envs.alfworld.task import AlfWorldTask
-    from envs.deepsearchqa.task import DeepSearchQATask
-    from envs.webshop.task import WebShopTask
-    from evaluators.tasks.alpacaeval_task import AlpacaEvalTask
-    from evaluators.tasks.gsm8k_task import Gsm8kTask
-    from evaluators.tasks.humaneval_task import HumanEvalTask
+    from envs.alfworld.paper_task import AlfWorldPaper as AlfWorldTask
+    from envs.deepsearchqa.paper_task import DeepSearchQAPaper as DeepSearchQATask
+    from envs.webshop.paper_task import WebShopPaper as WebShopTask
+    from evaluators.tasks.alpacaeval_paper import AlpacaEvalPaper as AlpacaEvalTask
+    from evaluators.tasks.gsm8k_paper import Gsm8kPaper as Gsm8kTask
+    from evaluators.tasks.humaneval_paper import HumanEvalPaper as HumanEvalTask
 
     classes = (Gsm8kTask, HumanEvalTask, AlpacaEvalTask, AlfWorldTask, WebShopTask, DeepSearchQATask)
     assert sorted(cls.original_benchmark for cls in classes) == sorted(FIXTURE["registry"])

@@ -221,12 +221,14 @@ def test_paper_scores_are_the_originals_arithmetic_to_the_last_bit():
     from contracts.task import Task
     from envs.alfworld.task import AlfWorldTask
     from envs.deepsearchqa.task import DeepSearchQATask
+    from envs.webshop.paper_task import WebShopPaper
     from envs.webshop.task import WebShopTask
-    from evaluators.tasks.gsm8k_task import Gsm8kTask
-    from evaluators.tasks.humaneval_task import HumanEvalTask
+    from evaluators.tasks.gsm8k_paper import Gsm8kPaper as Gsm8kTask
+    from evaluators.tasks.humaneval_paper import HumanEvalPaper as HumanEvalTask
 
     paper = SimpleNamespace(protocol="paper", paper=True)
     assert AlfWorldTask.percent is WebShopTask.percent is DeepSearchQATask.percent is Task.percent
+    assert WebShopPaper.percent is Task.percent
     bit_differences = 0
     for n in range(1, 135):
         for hits in range(n + 1):

@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from contracts.registry import register
+from contracts.task import task_variant
 from evaluators.backends.base import EvaluatorBackend, ModelLoadError
+from evaluators.tasks.alpacaeval_paper import AlpacaEvalPaper
 from evaluators.tasks.alpacaeval_task import AlpacaEvalTask
 
 MODEL_FILE = "scripted_model.json"
@@ -85,6 +87,11 @@ class ScriptedModels(EvaluatorBackend):
 class ScreenedAlpacaEval(AlpacaEvalTask):
     """AlpacaEval itself, under a name of this module: the grader's replica imports the module that defines its task
     class, and so finds the scripted backend above."""
+
+
+@task_variant("alpacaeval_screened", "paper")
+class ScreenedAlpacaEvalPaper(ScreenedAlpacaEval, AlpacaEvalPaper):
+    """Its paper variant: AlpacaEval's, under this module's name too."""
 
 
 def scripted(folder: Path, answers: dict[str, str] | None = None, otherwise: str = "") -> Path:

@@ -311,6 +311,7 @@ def test_a_paper_cells_workspace_is_the_releases_for_a_folder(cache_dir, tmp_pat
 
     from contracts.release import release_root
     from contracts.task_spec import TaskSpec
+    from contracts.task import cell_task
     from orchestrator.agent_sides.release import benchmark, materialise_release, release_data
 
     folder = write_folder(tmp_path, "lab_quiz", USER_EVAL, user_items(),
@@ -323,7 +324,8 @@ def test_a_paper_cells_workspace_is_the_releases_for_a_folder(cache_dir, tmp_pat
     base_model = tmp_path / "model"
     base_model.mkdir()
     release = release_root(cache_dir)
-    workspace = materialise_release(tmp_path / "ws", cell, data_dir=release_data(spec, cache_dir),
+    task = cell_task(spec, cache_dir)  # what a cell reads of its task, once
+    workspace = materialise_release(tmp_path / "ws", cell, task, data_dir=release_data(task.task, cache_dir),
                                     base_model_dir=base_model, release_dir=release, started=0)
     given = [json.loads(line) for line in (workspace / "data" / "train.jsonl").read_text().splitlines()]
     assert given == user_items()

@@ -113,7 +113,7 @@ def test_backend_auto_grades_a_paper_task_on_a_gpu_with_vllm_at_the_originals_co
     from types import SimpleNamespace
 
     from contracts.task import load_task
-    from envs.alfworld.task import AlfWorldTask
+    from envs.alfworld.paper_task import AlfWorldPaper as AlfWorldTask
     from orchestrator.preflight import check_vllm, vllm_missing
 
     config = to_plain(compose(["task=humaneval"]).task)
@@ -214,17 +214,16 @@ def paper_decodings() -> dict[str, tuple[str, Decoding]]:
     the engine stops at eos only, as before)."""
     import dataclasses
 
-    from envs.alfworld.task import AlfWorldTask
+    from envs.alfworld.paper_task import AlfWorldPaper as AlfWorldTask
     from envs.deepsearchqa import react
     from envs.webshop import paper_prompt as webshop
-    from evaluators.tasks.gsm8k_task import PAPER_MAX_NEW_TOKENS
+    from evaluators.tasks.gsm8k_paper import Gsm8kPaper
 
-    alfworld = AlfWorldTask.decoding(type("Paper", (), {"protocol": "paper"})())
+    alfworld = AlfWorldTask.variant_decoding
     return {"alfworld": ("raw", alfworld),
             "webshop": ("chat", Decoding(webshop.MAX_NEW_TOKENS, webshop.STOP, repetition_penalty=1.0)),
             "deepsearchqa": ("raw", react.TURN), "deepsearchqa_answer": ("raw", react.FORCED_ANSWER),
-            "gsm8k": ("chat", dataclasses.replace(Decoding(PAPER_MAX_NEW_TOKENS, repetition_penalty=1.0),
-                                                  max_new_tokens=48))}
+            "gsm8k": ("chat", dataclasses.replace(Gsm8kPaper.variant_decoding, max_new_tokens=48))}
 
 
 @needs_vllm

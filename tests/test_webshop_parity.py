@@ -53,14 +53,14 @@ def test_prompts_and_actions_equal_rd_agents_loop_on_scripted_episodes():
     episode (fixture: its own code run on the pages a2rl's store showed), every reply becomes the same action, the
     original's parse_action reads it alike, and the episodes end with the same rewards."""
     from envs.webshop.catalogue import GeneratedShop
-    from envs.webshop.environment import WebShopEnvironment
+    from envs.webshop.environment import WebShopPaperEnvironment
     from envs.webshop.shop import parse_action
     from evaluators.lockstep import play
 
     fixture = json.loads((FIXTURES / "webshop_prompts.json").read_text())
     store = fixture["store"]
-    env = WebShopEnvironment(GeneratedShop(store["n_products"], store["n_train"], store["n_eval"], store["seed"],
-                                           store["eval_salt"]), store["max_steps"], protocol="paper")
+    env = WebShopPaperEnvironment(GeneratedShop(store["n_products"], store["n_train"], store["n_eval"],
+                                                store["seed"], store["eval_salt"]), store["max_steps"])
     by_instruction = {e["instruction"]: {**e, "next": 0, "seen": []} for e in fixture["episodes"]}
 
     def generate(prompts):
@@ -142,7 +142,7 @@ def test_the_paper_protocol_plays_webshops_synthetic_goals_with_data(tmp_path):
     import itertools
     import random
 
-    from envs.webshop.environment import WebShopEnvironment
+    from envs.webshop.environment import WebShopEnvironment, WebShopPaperEnvironment
     from envs.webshop.real_data import UpstreamShop, synthetic_goals
     from tests.support.upstream_layouts import write_webshop_data
 
@@ -152,7 +152,7 @@ def test_the_paper_protocol_plays_webshops_synthetic_goals_with_data(tmp_path):
         if i % 4:  # a quarter of the products carry no instruction: they give no goal
             a.update(instruction=f"i need a product number {i}", instruction_attributes=a["attributes"][:1])
     (tmp_path / "items_ins_v2_1000.json").write_text(json.dumps(attrs))
-    env = WebShopEnvironment(UpstreamShop(str(tmp_path), n_train=5, n_eval=10, paper=True), 20, protocol="paper")
+    env = WebShopPaperEnvironment(UpstreamShop(str(tmp_path), n_train=5, n_eval=10, paper=True), 20)
     products = env.shop.products
     with_instruction = [p for p in products.values() if p.get("instruction_text")]
     n_goals = sum(len(list(itertools.product(*p["options"].values()))) for p in with_instruction)

@@ -10,7 +10,7 @@ import pytest
 
 from envs.webshop import lucene_search
 from envs.webshop.catalogue import GeneratedShop
-from envs.webshop.environment import WebShopEnvironment
+from envs.webshop.environment import WebShopEnvironment, WebShopPaperEnvironment
 from envs.webshop.lucene_search import LuceneSearchEngine, build_index, index_dir_for, index_present
 from envs.webshop.real_data import UpstreamShop, load_products
 from envs.webshop.search import SearchEngine
@@ -61,7 +61,7 @@ def test_the_index_is_built_once_where_the_cache_says(parity, tmp_path, monkeypa
 
 def test_the_paper_searches_upstream_data_with_lucene_and_a2rl_keeps_bm25s(parity, tmp_path):
     data, cache = write_data(tmp_path / "data", parity[0]), tmp_path / "cache"
-    paper = WebShopEnvironment(UpstreamShop(str(data), 5, 10, paper=True, cache_dir=cache), 20, protocol="paper")
+    paper = WebShopPaperEnvironment(UpstreamShop(str(data), 5, 10, paper=True, cache_dir=cache), 20)
     engine = paper.shop.engine
     assert isinstance(engine, LuceneSearchEngine) and not index_present(engine.index_dir)  # built at the first search
     products = list(paper.shop.products.values())
@@ -70,7 +70,7 @@ def test_the_paper_searches_upstream_data_with_lucene_and_a2rl_keeps_bm25s(parit
     assert session.results[0] == products[0]["asin"]
     assert engine.index_dir == index_dir_for(cache, products) and index_present(engine.index_dir)
 
-    a2rl = WebShopEnvironment(UpstreamShop(str(data), 5, 10, cache_dir=cache), 20, protocol="a2rl")
+    a2rl = WebShopEnvironment(UpstreamShop(str(data), 5, 10, cache_dir=cache), 20)
     assert type(a2rl.shop.engine) is SearchEngine
-    generated = WebShopEnvironment(GeneratedShop(40, 5, 10), 20, protocol="paper")  # the stand-in store: flagged
+    generated = WebShopPaperEnvironment(GeneratedShop(40, 5, 10), 20)  # the stand-in store: flagged
     assert type(generated.shop.engine) is SearchEngine

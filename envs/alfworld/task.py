@@ -20,18 +20,13 @@ import json
 from functools import cached_property
 from pathlib import Path
 
-from contracts import release
-from contracts.decoding import Decoding
 from contracts.environment import Demonstration
 from contracts.file_lock import build_once
 from contracts.registry import register
-from contracts.specs import ConfigError
 from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
-from envs.alfworld import paper_prompt, prompt
-from envs.alfworld.environment import AlfWorldEnvironment, AlfWorldPaperEnvironment
-
-REACT_PROMPTS = f"benchmarks/alfworld/{paper_prompt.FILE_NAME}"  # in the released original's folder
+from envs.alfworld import prompt
+from envs.alfworld.environment import AlfWorldEnvironment
 
 
 def _expert_demonstrations(job: tuple) -> list[Demonstration]:
@@ -48,15 +43,10 @@ def _expert_demonstrations(job: tuple) -> list[Demonstration]:
 
 @register("task", "alfworld")
 class AlfWorldTask(InteractiveTask):
-    original_max_model_len = 4096  # its eval.py's LLM(max_model_len=4096)
     environment_class = AlfWorldEnvironment
     # a2rl: a chat per step with the admissible commands, the reply matched to one (envs.alfworld.prompt);
-    # paper: the original benchmark's raw ReAct transcript, the reply sent as it is (envs.alfworld.paper_prompt)
-    protocols = ("a2rl", "paper")
-    prompt_modules = {"paper": paper_prompt}
-    original_benchmark = "alfworld"
-    original_exposed = ("eval.py",)
-    paper_eval = (134, "games")  # its eval.py's env_num: valid_unseen's games
+    # paper (envs/alfworld/paper_task.py): the original benchmark's raw ReAct transcript, the reply sent as it is
+    rows_tag = ""  # the variant's mark in the train rows' file name (its rows are rendered in its prompt)
 
     def __init__(self, spec: TaskSpec, *, n_train: int, n_eval: int, final_size: int | None, seed: int,
                  task_types: list[str] | None, max_receptacles_per_type: int | None, max_receptacles: int | None,
@@ -96,45 +86,15 @@ class AlfWorldTask(InteractiveTask):
         self.eval_workers = int(eval_workers)  # processes stepping eval games while the model generates
         self.react_prompts = react_prompts
         self.games_archive = games_archive
-        # protocol branch (stays): a refusal of a config the release cannot play (its step count is fixed), not a value
-        if self.protocol == "paper" and self.max_steps != paper_prompt.MAX_STEPS:
-            raise ValueError(f"task {name}: max_steps={max_steps}, but the paper protocol plays "
-                             f"{paper_prompt.MAX_STEPS} steps a game, as the original does")
 
     # -- the protocol -----------------------------------------------------------------------------------------
-    def decoding(self) -> Decoding:
-        """paper: greedy, raw text, at most 100 new tokens, cut at a newline, no repetition penalty (the original's
-        vLLM SamplingParams), a prompt too long for 4,096 tokens cut to its last ones (rdagent 1.0.0's eval.py,
-        paper_prompt.fit); a2rl: the grader's settings, as for every task."""
-        # protocol branch (stays): the release's decoding also fits each prompt to its context (paper_prompt.fit): code,
-        # not a value
-        if self.protocol == "paper":
-            return Decoding(max_new_tokens=paper_prompt.MAX_NEW_TOKENS, stop=paper_prompt.STOP,
-                            repetition_penalty=1.0, chat_template=False, fit=paper_prompt.fit)
-        return super().decoding()
-
     def paper_data_path(self) -> str:
         """CACHE_DIR/data/alfworld: where `prepare` unpacks ALFWorld's release archives (json_2.1.1/, logic/), as
         the alfworld package's downloader lays out $ALFWORLD_DATA."""
         return str(self.cache_dir / "data" / "alfworld")
 
-    def approximations(self) -> list[str]:
-        # upstream data: n_eval caps valid_unseen (0: all of it), so at most the paper's 134 are graded
-        graded = min(self.n_eval or self.paper_eval[0], self.paper_eval[0]) if self.data_path else self.n_eval
-        # protocol branch (stays): stand-ins are said only where the release's data is promised
-        if self.protocol == "paper" and not self.data_path:
-            return ["games: a2rl's generated games stand in for ALFWorld's json_2.1.1 valid_unseen (data_path is null; "
-                    "data_path=paper reads the paper's)", *self.paper_size_notes(graded)]
-        return self.paper_size_notes(graded)
-
-    def examples_path(self) -> Path:
-        """task.react_prompts, else the file the released original ships beside its eval.py (contracts/release.py)."""
-        if self.react_prompts:
-            return Path(self.react_prompts).expanduser()
-        return self.cache_dir / "release" / release.VERSION_DIR / REACT_PROMPTS
-
     def missing_data(self) -> list[str]:
-        return self._missing_games() + self._missing_examples()
+        return self._missing_games()
 
     def _missing_games(self) -> list[str]:
         """data_path set to a folder without upstream games: `prepare` fetches them there (envs.alfworld.download)."""
@@ -155,16 +115,11 @@ class AlfWorldTask(InteractiveTask):
 
     def fetch_data(self, sources: dict) -> None:
         """What missing_data() names: the upstream games into data_path, with the alfworld package's downloader
-        (sources["alfworld"]: the releases' base URL; sources["sha256"]: pinned digests); the released original's
-        ReAct examples (protocol paper)."""
+        (sources["alfworld"]: the releases' base URL; sources["sha256"]: pinned digests)."""
         if self._missing_games():
             from envs.alfworld import download
 
             download.fetch(self.data_path, sources["alfworld"], sources.get("sha256"), self.games_archive)
-        # protocol branch (stays): the release's ReAct examples are fetched only for the protocol whose prompt reads
-        # them
-        if self.protocol == "paper":
-            self.examples  # noqa: B018 - fetches and extracts the released original where it is missing
 
     def unfetched_data(self) -> list[str]:
         """What missing_data() names that a run cannot fetch by itself (prepare does): the games."""
@@ -175,40 +130,6 @@ class AlfWorldTask(InteractiveTask):
         from envs.alfworld import download
 
         return download.fetched(self.data_path) if self.data_path else {}
-
-    def _missing_examples(self) -> list[str]:
-        # protocol branch (stays): the release's ReAct examples are checked only for the protocol whose prompt reads
-        # them
-        if self.protocol != "paper" or self.examples_path().is_file():
-            return []
-        if self.react_prompts:
-            return [f"task {self.name}: ReAct's react_prompts.json (protocol paper) is not at {self.examples_path()}: "
-                    "fix task.react_prompts=<path>, or set it to null to use the released original's"]
-        if (release.wheel_store() / release.WHEEL).is_file():
-            return []  # extracted from the pinned wheel at first use, no download
-        return [f"task {self.name}: ReAct's react_prompts.json comes from the released original ({release.RELEASE} "
-                f"on PyPI), which is not on this machine: it is fetched once at first use (scripts/setup fetches it)"]
-
-    @cached_property
-    def examples(self) -> dict[str, str]:
-        """ReAct's few-shot examples (paper protocol), from the path the config gives or the released original."""
-        path = self.examples_path()
-        if not self.react_prompts and not path.is_file():
-            try:
-                path = release.release_root(self.cache_dir) / REACT_PROMPTS
-            except release.ReleaseUnavailable as e:
-                raise ConfigError(f"task {self.name}: protocol=paper needs ReAct's ALFWorld examples: {e}; or set "
-                                  "task.react_prompts=<path> to a copy of react_prompts.json") from e
-        if not path.is_file():
-            raise ConfigError(
-                f"task {self.name}: protocol=paper needs ReAct's ALFWorld examples, and {path} is not a file: set "
-                f"task.react_prompts=<path> to RD-Agent's rdagent/scenarios/rl/autorl_bench/benchmarks/alfworld/"
-                f"react_prompts.json (the same as ReAct's prompts/alfworld_3prompts.json), or null for the released "
-                f"original's")
-        try:
-            return paper_prompt.load_examples(path)
-        except ValueError as e:
-            raise ConfigError(f"task {self.name}: {e}") from e
 
     # -- games ------------------------------------------------------------------------------------------------
     @cached_property
@@ -228,7 +149,7 @@ class AlfWorldTask(InteractiveTask):
 
     @cached_property
     def _splits(self) -> dict[str, list[Path]]:
-        from envs.alfworld import game_sets
+        from envs.alfworld.splits import game_sets
 
         if self.data_path:
             return game_sets(self.games_dir, self.n_train, self.n_eval, self.seed, data_path=self.data_path,
@@ -285,47 +206,19 @@ class AlfWorldTask(InteractiveTask):
 
     @cached_property
     def _environment(self) -> AlfWorldEnvironment:
-        # protocol branch (stays): only the release's ReAct prompt has few-shot examples
-        examples = self.examples if self.protocol == "paper" else {}  # a missing file is refused before any build
         games = {"train": self.train_games(), "eval": self.eval_games(), "final": self.final_games()}
         names = {path: self.game_name(path) for paths in games.values() for path in paths}
-        # protocol branch (stays): the release's ReAct loop is another Environment class (its examples, its game names):
-        # code, not a value
-        if self.protocol == "paper":  # the original reads an upstream game's task type from its folder's name
-            return AlfWorldPaperEnvironment(games, names, self.max_steps, examples,
-                                            types_from_names=bool(self.data_path))
+        return self.make_environment(games, names)
+
+    def make_environment(self, games: dict[str, list[Path]], names: dict[Path, str]) -> AlfWorldEnvironment:
         return AlfWorldEnvironment(games, names, self.max_steps)
 
     def environment(self) -> AlfWorldEnvironment:
         return self._environment
 
-    def original_data(self, target: Path) -> None:
-        """The original's alfworld/data.py: `train`, a link to the ALFWorld train games' folder, and an empty
-        `.downloaded` marker. Upstream data (data_path): its json_2.1.1/train, the folder the original links
-        (~/.cache/alfworld/json_2.1.1/train), all of it whatever n_train caps. Generated games: the train split's
-        folder under the grading cache (built here when it is not yet; the sandbox must bind it, as the grading
-        cache is hidden), which is laid out otherwise than upstream's: one folder per game,
-        `<index>-<task type>-s<seed>/`, holding game.tw-pddl and traj_data.json (upstream: `<task type>-<object>-
-        <movable receptacle>-<receptacle>-<scene>/trial_*/`, with initial_state.pddl too), a manifest.json beside
-        the games, traj_data.json with a few of upstream's keys, and game files with a2rl's `a2rl` key."""
-        if self.data_path:
-            from envs.alfworld.real_data import resolve_data_root
-
-            source = resolve_data_root(self.data_path) / "train"
-            if not source.is_dir():
-                raise FileNotFoundError(f"task {self.name}: no ALFWorld train games at {source} (data_path="
-                                        f"{self.data_path!r}): the original links that folder")
-        else:
-            self.train_games()  # builds the splits
-            source = self.games_dir / "train"
-        target.mkdir(parents=True, exist_ok=True)
-        (target / "train").symlink_to(source.absolute())
-        (target / ".downloaded").touch()
-
     # -- rows -------------------------------------------------------------------------------------------------
     def make_train_rows(self) -> list[dict]:
-        protocol = "" if self.protocol == "a2rl" else f"-{self.protocol}"  # rows are rendered in the protocol's prompt
-        path = self.games_dir / f"train-{self.expert}-{self.expert_episodes}-{self.expert_noise:g}{protocol}.jsonl"
+        path = self.games_dir / f"train-{self.expert}-{self.expert_episodes}-{self.expert_noise:g}{self.rows_tag}.jsonl"
         games = self.train_games()  # builds the splits first (under their own lock)
 
         def make_rows() -> list[dict]:
@@ -346,31 +239,6 @@ class AlfWorldTask(InteractiveTask):
 
     # -- the agent's view ---------------------------------------------------------------------------------------
     def _grading_text(self, final: str) -> str:
-        # protocol branch (stays): how a long episode is cut follows the release's context: its prompt's text only
-        if self.protocol == "paper":
-            context = paper_prompt.MAX_MODEL_LEN
-            room, keep = context - paper_prompt.MAX_NEW_TOKENS, context - paper_prompt.MAX_NEW_TOKENS - 1
-            return f"""## How the grader plays and scores (the original benchmark's protocol)
-
-The hidden eval split has {self.n_eval} other games of the same kinds{final}. For each, the grader resets the game
-and, every step, {self.grader_asks("this raw text")}:
-
-    {paper_prompt.HEADER.strip()}
-    <ReAct's two examples for the game's task type (react_<type>_1, react_<type>_0 of ReAct's react_prompts.json)>
-    Here is the task.
-    <the game's first answer, without the welcome banner>
-    > <action 1>
-    <the game's answer>
-    > ...
-    >
-
-A text longer than {room} tokens of your model's own tokenizer (counted as `tokenizer.encode` counts, special
-tokens included) is cut first, as the original cuts it to fit its {context}-token context: to the text of its last
-{keep} tokens (`tokenizer.decode`), so the header and examples go first, then the task and the oldest steps.
-The stripped reply is sent to the game as it is (no admissible commands are shown, nothing is matched); a reply
-starting with `think:` is sent too (it costs a step) and is shown as `OK.`. `messages` in the train data is this
-text at that step, uncut; `code/task_prompt.py` builds it (render, parse) and cuts it (fit). The score is **100 x
-the fraction of eval games won** within {self.max_steps} steps."""
         return f"""## How the grader plays and scores
 
 The hidden eval split has {self.n_eval} other games of the same kinds{final}. For each, the grader resets the game

@@ -10,4 +10,4 @@
 - ``real_data``: ``google/deepsearchqa`` by dataset id or local path, the paper's seeded 100 / 200 split.
 - ``task``: the task ``deepsearchqa`` (registered); ``corpus``: the tokenizer corpus "deepsearchqa".
 """
-from . import corpus, task  # noqa: F401  (register the tokenizer corpus and the task "deepsearchqa")
+from . import corpus, paper_task, task  # noqa: F401  (register the corpus, the task "deepsearchqa", its paper variant)

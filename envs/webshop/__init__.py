@@ -9,4 +9,4 @@ and reward, or the original's data when a user has it.
 - ``real_data``: upstream product, instruction and human-trajectory files;
 - ``corpus``: WebShop-like text for the tiny model's tokenizer (base model ``tiny-webshop``).
 """
-from . import corpus, task  # noqa: F401  (register the tokenizer corpus and the task "webshop")
+from . import corpus, paper_task, task  # noqa: F401  (register the corpus, the task "webshop", its paper variant)

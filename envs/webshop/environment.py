@@ -22,7 +22,6 @@ from envs.webshop.reward import SUCCESS
 from envs.webshop.shop import Shop, ShopSession
 
 MAX_STEPS = 50
-PROTOCOLS = ("a2rl", "paper")
 
 
 @dataclass(frozen=True)
@@ -62,39 +61,23 @@ class WebShopEpisode(Episode):
 class WebShopEnvironment(Environment):
     prompt = prompt
 
-    def __init__(self, data, max_steps: int = MAX_STEPS, protocol: str = "a2rl"):
-        """data: products() -> list of products, goals(products) -> {"train": [...], "eval": [...], "final": [...]};
-        protocol: how a step is shown and a reply read, and what an episode's grade is (`a2rl`: envs.webshop.prompt,
-        the final reward; `paper`: envs.webshop.paper_prompt, success = reward >= 0.5)."""
-        if protocol not in PROTOCOLS:
-            raise ValueError(f"WebShop protocol {protocol!r}: known ones are {PROTOCOLS}")
-        self.data, self.max_steps, self.protocol = data, int(max_steps), protocol
+    def __init__(self, data, max_steps: int = MAX_STEPS):
+        """data: products() -> list of products, goals(products) -> {"train": [...], "eval": [...], "final": [...]}.
+        A step is shown and a reply read by envs.webshop.prompt, and an episode's grade is the final reward (the
+        release's way is WebShopPaperEnvironment's)."""
+        self.data, self.max_steps = data, int(max_steps)
         self._built: tuple | None = None
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        return {"data": self.data, "max_steps": self.max_steps, "protocol": self.protocol}  # the recipe
+        return {"data": self.data, "max_steps": self.max_steps}  # the recipe
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["data"], state["max_steps"], state.get("protocol", "a2rl"))
+        self.__init__(state["data"], state["max_steps"])
 
     def render(self, goal: str, step: Step, history: Sequence[str], observations: Sequence[str] = (),
                info: dict | None = None):
-        # the paper's prompt keeps its own trail of pages on the step (WebShopStep.trail): observations not needed
-        # protocol branch (stays): the release's prompt keeps its own trail of pages (paper_prompt): another render,
-        # code
-        if self.protocol == "a2rl":
-            return super().render(goal, step, history)
-        clickables = getattr(step, "clickables", None)
-        if clickables is None:  # a step from elsewhere (a human trajectory): its listed clicks
-            clickables = [a[len("click["):-1] for a in step.actions or () if a.startswith("click[")]
-        search_bar = getattr(step, "search_bar", any(a.startswith("search[") for a in step.actions or ()))
-        return paper_prompt.render(paper_prompt.INSTRUCTION_PREFIX + goal, step.observation, clickables, search_bar,
-                                   getattr(step, "trail", ()), len(history))
-
-    def parse(self, reply: str, step: Step) -> str:
-        # protocol branch (stays): the release's reply parser (paper_prompt.parse) is code with its own fallbacks
-        return super().parse(reply, step) if self.protocol == "a2rl" else paper_prompt.parse(reply)
+        return super().render(goal, step, history)
 
     def build(self) -> tuple[Shop, dict[str, list[dict]]]:
         with self._lock:
@@ -123,9 +106,27 @@ class WebShopEnvironment(Environment):
         return WebShopEpisode(self.shop, self.goal(instance), self.max_steps)
 
     def score(self, last: Step) -> float:
-        """a2rl: the final reward (dense: a near miss earns part of it); paper: 1 for a success (reward >= 0.5), the
-        original's headline. 0 when nothing was bought."""
-        # protocol branch (stays): the release scores success, a2rl the mean reward: which metric is the headline
-        if self.protocol == "paper":
-            return 1.0 if last.won else 0.0
+        """The final reward (dense: a near miss earns part of it); 0 when nothing was bought."""
         return float(last.reward)
+
+
+class WebShopPaperEnvironment(WebShopEnvironment):
+    """The store as the release's evaluator (RD-Agent's WebShop eval.py) plays it: its prompt (envs.webshop.
+    paper_prompt, which keeps its own trail of the last pages on the step: WebShopStep.trail), its reply parser with
+    its own fallbacks, and an episode's grade is a success (reward >= 0.5), its headline."""
+
+    def render(self, goal: str, step: Step, history: Sequence[str], observations: Sequence[str] = (),
+               info: dict | None = None):
+        clickables = getattr(step, "clickables", None)
+        if clickables is None:  # a step from elsewhere (a human trajectory): its listed clicks
+            clickables = [a[len("click["):-1] for a in step.actions or () if a.startswith("click[")]
+        search_bar = getattr(step, "search_bar", any(a.startswith("search[") for a in step.actions or ()))
+        return paper_prompt.render(paper_prompt.INSTRUCTION_PREFIX + goal, step.observation, clickables, search_bar,
+                                   getattr(step, "trail", ()), len(history))
+
+    def parse(self, reply: str, step: Step) -> str:
+        return paper_prompt.parse(reply)
+
+    def score(self, last: Step) -> float:
+        """1 for a success (reward >= 0.5), the original's headline; 0 when nothing was bought."""
+        return 1.0 if last.won else 0.0

@@ -15,28 +15,29 @@ import json
 from functools import cached_property
 from pathlib import Path
 
-from contracts.decoding import Decoding
 from contracts.registry import register
 from contracts.task import InteractiveTask
 from contracts.task_spec import TaskSpec
-from envs.webshop import paper_prompt, prompt
+from envs.webshop import prompt
 from envs.webshop.environment import WebShopEnvironment
-from envs.webshop.reward import SUCCESS, spacy_model_note
+from envs.webshop.reward import SUCCESS
 
 VERSION = 2  # of the generator, the expert and the rows: bump when what they produce changes (2: the original's reward)
 
 
 @register("task", "webshop")
 class WebShopTask(InteractiveTask):
-    environment_class = WebShopEnvironment
     # a2rl: its own prompt (envs.webshop.prompt), the model's decoding, score = mean final reward (the CPU twin's);
-    # paper: RD-Agent's WebShop evaluator (envs.webshop.paper_prompt, 100 tokens, stop at a newline, repetition
-    # penalty 1.0), score = success rate (reward >= 0.5), WebShop's synthetic goals over items_shuffle_1000 when
-    # data_path is given. Both use the original's reward (envs.webshop.reward).
-    protocols = ("a2rl", "paper")
-    original_benchmark = "webshop"
-    original_exposed = ("eval.py",)
-    paper_eval = (100, "sessions")  # its eval.py's num_instructions
+    # paper (envs/webshop/paper_task.py): RD-Agent's WebShop evaluator. Both use the original's reward
+    # (envs.webshop.reward).
+    environment_class: type[WebShopEnvironment] = WebShopEnvironment
+    rows_tag: str | None = None  # the variant's mark in the train rows' cache key (its rows are rendered its way)
+    human_rows = True  # with data_path, the train rows are the humans' trajectories where the data has them
+    score_text = ("The score of a submission is **100 x the mean final reward** over the hidden eval "
+                  "instructions (0 for an episode that buys nothing); the success rate (reward >= "
+                  f"{SUCCESS}, x100) is reported beside it.")
+    release_store = False  # with data_path: the store of the release's goals and search (UpstreamShop's paper)
+    data_note = ""  # what `prepare` builds from WebShop's files besides them, in missing_data()'s line
     instance_noun, action_noun = "instructions", "actions"
     reward_text = f"the purchase's reward once `done` (`won`: {SUCCESS} or more), else 0"
 
@@ -58,10 +59,6 @@ class WebShopTask(InteractiveTask):
             raise ValueError(f"task {name}: n_products={n_products} must be at least n_train + n_eval + final_size "
                              f"({self.n_train + self.n_eval + self.n_final}): each instruction targets its own "
                              "product")
-        # protocol branch (stays): a refusal: a remote server cannot play the release's prompt
-        if server_url and spec.protocol == "paper":
-            raise ValueError(f"task {name}: server_url is not supported under protocol paper (its prompt shows the "
-                             "pages after the last actions, which the remote client does not keep); drop server_url")
         if server_url and not data_path:
             raise ValueError(f"task {name}: server_url={server_url!r} needs data_path, the data/ folder that server "
                              "loads: the instructions, their sessions and the train rows come from it")
@@ -80,9 +77,7 @@ class WebShopTask(InteractiveTask):
             from envs.webshop.real_data import UpstreamShop
 
             return UpstreamShop(self.data_path, self.n_train, self.n_eval, self.seed, self.n_final,
-                                # protocol branch (stays): which store loads the real data: the release's goals and
-                                # search differ in code
-                                paper=self.protocol == "paper", cache_dir=self.cache_dir)
+                                paper=self.release_store, cache_dir=self.cache_dir)
         from envs.webshop.catalogue import GeneratedShop
 
         return GeneratedShop(self.n_products, self.n_train, self.n_eval, self.seed, self.salt(), self.product_types,
@@ -91,7 +86,7 @@ class WebShopTask(InteractiveTask):
     @cached_property
     def _local(self) -> WebShopEnvironment:
         """The store in this process: the expert plays it for the train rows."""
-        return WebShopEnvironment(self._data, self.max_steps, self.protocol)
+        return self.environment_class(self._data, self.max_steps)
 
     @cached_property
     def _environment(self) -> WebShopEnvironment:
@@ -105,47 +100,18 @@ class WebShopTask(InteractiveTask):
         """Where the graded and served episodes are played: the store in process, or the original server."""
         return self._environment
 
-    def original_data(self, target: Path) -> None:
-        """The original's webshop/data.py: an empty `.downloaded` marker, and `human_trajectories`, a link to the
-        WebShop data folder's human_trajectories/ when there is one. There never is in the original: it looks in
-        its WebShop clone's data/, which git does not hold (data/ is git-ignored upstream) and its download fills
-        with three files only (items_shuffle_1000.json, items_ins_v2_1000.json, items_human_ins.json); WebShop's
-        own setup.sh puts its example human trajectories in user_session_logs/, and il_trajs_finalized_images.jsonl
-        (what a2rl's train rows come from when data_path has it) is never linked. So its folder is the marker
-        alone, unless someone made data/human_trajectories by hand; here the same test is made of data_path
-        (WebShop's data/ folder), and the generated store has no such folder."""
-        target.mkdir(parents=True, exist_ok=True)
-        if self.data_path:
-            source = Path(self.data_path).expanduser() / "human_trajectories"
-            if source.exists():
-                (target / "human_trajectories").symlink_to(source.absolute())
-        (target / ".downloaded").touch()
-
     def paper_data_path(self) -> str:
         """CACHE_DIR/data/webshop: where `prepare` fetches WebShop's files (envs.webshop.download)."""
         return str(self.cache_dir / "data" / "webshop")
 
     def missing_data(self) -> list[str]:
-        """What `prepare` fetches: WebShop's files into data_path (envs.webshop.download); under paper, the Lucene
-        index of their products (envs.webshop.lucene_search: built here, from the files) and the spaCy model the
-        original's reward tags with (envs.webshop.reward.fetch_original_model)."""
+        """What `prepare` fetches: WebShop's files into data_path (envs.webshop.download)."""
         from envs.webshop import download
-        from envs.webshop.reward import ORIGINAL_SPACY, original_model_data, original_model_dir
 
         out = []
         if self.data_path and (absent := download.missing(self.data_path)):
-            # protocol branch (stays): the release's search index is named only where its grading reads it
-            index = ", then the Lucene index of their products (the original's search)" * (self.protocol == "paper")
             out.append(f"task {self.name}: no {', '.join(absent)} in data_path={self.data_path} (WebShop's "
-                       f"1,000-product files, as the original's data.py fetches them{index})")
-        # protocol branch (stays): the release's search index is checked only where its grading reads it
-        elif self.data_path and self.protocol == "paper" and not self._lucene_index_present():
-            out.append(f"task {self.name}: the Lucene index of its products (the original's search) is not built "
-                       f"under {self.cache_dir / 'grading' / 'webshop' / 'lucene'}")
-        # protocol branch (stays): the release's spaCy model is checked only where its reward tags with it
-        if self.protocol == "paper" and original_model_data(self.cache_dir) is None:
-            out.append(f"task {self.name}: spaCy's {' '.join(ORIGINAL_SPACY)} (the model the original's reward tags "
-                       f"nouns with) is not in {original_model_dir(self.cache_dir)}")
+                       f"1,000-product files, as the original's data.py fetches them{self.data_note})")
         return out
 
     def unfetched_data(self) -> list[str]:
@@ -176,24 +142,12 @@ class WebShopTask(InteractiveTask):
 
     def fetch_data(self, sources: dict) -> None:
         """What missing_data() names: WebShop's files into data_path (sources["webshop"]: the URL template with
-        {id}, a Google Drive file id), the Lucene index (built from them), the spaCy model (sources["spacy_model"]:
-        its wheel's URL); sources["sha256"]: pinned digests by file name."""
+        {id}, a Google Drive file id); sources["sha256"]: pinned digests by file name."""
         from envs.webshop import download
-        from envs.webshop.reward import fetch_original_model, original_model_data
 
         pins = sources.get("sha256") or {}
         if self.data_path and download.missing(self.data_path):
             download.fetch(self.data_path, sources["webshop"], pins)
-        # protocol branch (stays): the release's search index is built only where its grading reads it
-        if self.data_path and self.protocol == "paper":
-            from envs.webshop.lucene_search import build_index, index_dir_for
-
-            products = self._data.products()  # (read once: the index's folder is named by their digest)
-            build_index(products, index_dir_for(self.cache_dir, products))
-        # protocol branch (stays): the release's spaCy model is fetched only where its reward tags with it
-        if self.protocol == "paper" and original_model_data(self.cache_dir) is None:
-            url = sources["spacy_model"]
-            fetch_original_model(url, self.cache_dir, pins.get(url.rsplit("/", 1)[-1]))
 
     # -- rows -------------------------------------------------------------------------------------------------
     @cached_property
@@ -201,8 +155,8 @@ class WebShopTask(InteractiveTask):
         """CACHE_DIR/grading/webshop/<key>: the key covers everything that decides the train rows."""
         spec = [VERSION, self.n_products, self.n_train, self.seed, self.product_types, self.max_steps,
                 str(self.data_path or "")]
-        if self.protocol != "a2rl":  # its rows are rendered in another prompt (and, with data, other goals)
-            spec.append(self.protocol)
+        if self.rows_tag:  # its rows are rendered in another prompt (and, with data, other goals)
+            spec.append(self.rows_tag)
         if self.data_path:  # a small upstream set's train instructions start after the eval and final ones
             spec += [self.n_eval, self.n_final]
         key = hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
@@ -210,7 +164,7 @@ class WebShopTask(InteractiveTask):
 
     def _demonstrations(self):
         env = self._local
-        if self.data_path and self.protocol == "a2rl":  # the humans shopped for the human instructions only
+        if self.data_path and self.human_rows:  # the humans shopped for the human instructions only
             from envs.webshop.real_data import human_demonstrations
 
             demos = human_demonstrations(self.data_path, env)
@@ -225,63 +179,15 @@ class WebShopTask(InteractiveTask):
         path = self.rows_dir / f"train-{self.expert_episodes}-{self.expert_noise:g}.jsonl"
         return self.cached_rows(path, lambda: self.expert_rows(self._demonstrations()))
 
-    def decoding(self) -> Decoding:
-        # protocol branch (stays): the decoding as data would still need this choice: it is the release's SamplingParams
-        if self.protocol == "paper":  # RD-Agent's SamplingParams(temperature=0, max_tokens=100, stop=["\n"])
-            return Decoding(paper_prompt.MAX_NEW_TOKENS, paper_prompt.STOP, repetition_penalty=1.0)
-        return super().decoding()
-
-    def approximations(self) -> list[str]:
-        """Where this grading is not the original's exactly (the record names each; the score is approximate)."""
-        out = []
-        # protocol branch (stays): stand-ins are said only where the release's data is promised
-        if self.protocol == "paper":
-            if not self.data_path:
-                out.append("goals: a2rl's generated store stands in for WebShop's synthetic goals over "
-                           "items_shuffle_1000 (no data_path)")
-            # (with data_path: the original's goals and its Lucene search, envs.webshop.lucene_search; their price
-            # bounds are drawn seeded where the original's draws are unseeded, the same distribution, so not a
-            # stand-in: docs/tasks/webshop.md)
-            note = spacy_model_note(self.cache_dir)
-            if note["approximate"]:
-                out.append(f"reward: spaCy model {note['spacy_model']} {note['spacy_model_version']} where the "
-                           f"original loads {note['original']}")
-        return out + self.paper_size_notes()
-
-
     # -- the agent's view ---------------------------------------------------------------------------------------
     def _grading_text(self) -> str:
         final = f" (a held-out final split has {self.n_final} more)" if self.n_final else ""
         head = f"The hidden eval split has {self.n_eval} other instructions, for other products of the same catalogue"
-        # protocol branch (stays): the instructions describe the protocol's grading in words: a text per protocol
-        if self.protocol == "paper":
-            return f"""{head}{final}. The grader plays them as the original benchmark's evaluator (RD-Agent's WebShop
-eval.py) does: for each, it opens the search page and, every step,
-{self.grader_asks("a system message and a user message")}:
+        return self.grading_text(head + final)
 
-    system:    {paper_prompt.SYSTEM_PROMPT}
-    user:      {paper_prompt.HEADER}
-
-               Instruction: Instruction: <the instruction>
-
-               Available actions:
-                 search[<your query>]         (on the search page)
-                 click[<clickable>]           (each of the page's, e.g. click[buy now], click[b0abc12345])
-
-               Rules: ... (four lines)
-
-               Now it's your turn:
-
-               Observation k: <the page after action k>   (the last {paper_prompt.HISTORY_WINDOW} steps)
-               Action k: <action k>
-
-               Observation n+1: <the current page>
-               Action n+1:
-
-The reply is stripped, a leading `Action:` dropped, `choose[` read as `click[`, and the page reads the rest as
-`name[argument]` (argument lower-cased); anything else does nothing. The train rows' `messages` are exactly these
-prompts. All eval episodes are played in lockstep, in batches."""
-        return f"""{head}{final}. For each, the grader opens the search page and, every step,
+    def grading_text(self, head: str) -> str:
+        """How the grader plays, in words (`head`: the eval split's size)."""
+        return f"""{head}. For each, the grader opens the search page and, every step,
 {self.grader_asks("this chat")}:
 
     system:    {prompt.SYSTEM_PROMPT}
@@ -297,15 +203,6 @@ click are forgiven; `choose[...]` means `click[...]`). All eval episodes are pla
 
     def instructions(self) -> str:
         rows = self.train_split
-        # protocol branch (stays): the instructions describe the protocol's score in words: a text per protocol
-        if self.protocol == "paper":
-            score_text = (f"The score of a submission is **the success rate**: 100 x the share of the hidden eval "
-                          f"instructions whose purchase earns {SUCCESS} or more (0 for an episode that buys nothing); "
-                          "the mean final reward (x100) is reported beside it.")
-        else:
-            score_text = ("The score of a submission is **100 x the mean final reward** over the hidden eval "
-                          "instructions (0 for an episode that buys nothing); the success rate (reward >= "
-                          f"{SUCCESS}, x100) is reported beside it.")
         example = rows[min(1, len(rows) - 1)]
         default = "WebShop: find and buy the product an instruction asks for in a web store."
         return f"""{self.description.strip() or default}
@@ -329,7 +226,7 @@ page and the actions available on it, and replies with one action. An episode en
 
 Buying gives WebShop's reward in [0, 1]: the share of the instruction's attributes the product has, of its options
 that were chosen, and whether the price is under the bound, times a type factor (0 when the product is of another
-kind). {score_text}
+kind). {self.score_text}
 
 ## Data
 

@@ -9,14 +9,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from contracts.decoding import Decoding, Prompt
-
-
-class ModelLoadError(Exception):
-    """The directory is not a loadable causal LM with its tokenizer. `reason` is shown to the agent as is."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
+from contracts.errors import ModelLoadError  # noqa: F401  (what a backend raises; defined below every layer)
 
 
 class EvaluatorBackend(ABC):

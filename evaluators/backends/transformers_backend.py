@@ -9,7 +9,8 @@ from typing import Any
 
 from contracts.decoding import Decoding, Prompt
 from contracts.registry import register
-from evaluators.backends.base import EvaluatorBackend, ModelLoadError
+from contracts.errors import ModelLoadError
+from evaluators.backends.base import EvaluatorBackend
 
 MAX_REASON = 600  # characters of an underlying error kept in the reason shown to the agent
 

@@ -32,7 +32,8 @@ from contracts.decoding import Decoding, Prompt
 from contracts.infra import InfraError
 from contracts.registry import register
 from contracts.specs import ConfigError
-from evaluators.backends.base import EvaluatorBackend, ModelLoadError
+from contracts.errors import ModelLoadError
+from evaluators.backends.base import EvaluatorBackend
 from evaluators.backends.transformers_backend import (_short, eos_token_ids, load_config_and_tokenizer, prompt_ids,
                                                       repetition_penalty, reply_text)
 

@@ -13,14 +13,14 @@ The judge is a driver config (task.judge: a conf/driver name or a whole config);
 on the driver proxy for each evaluation. `alpacaeval_offline` (instruct_offline_task.py) is the twin with no key.
 
 Protocols (`protocol:` in the config):
-- `paper`, as RD-Agent's benchmarks/alpacaeval/eval.py grades: the reference outputs of AlpacaEval 2.0
-  (`alpaca_eval_gpt4_baseline.json`, gpt4_1106_preview's); greedy decoding of 512 new tokens with repetition penalty
-  1.0, the reply stripped; the judge is the alpaca_eval package's own annotator (its ranking prompt with a forced
-  tool call, its parser, its seeded order swap: evaluators/judging/alpaca_eval_annotator.py), preference 1 or 2
-  (1.5 only for an output equal to the reference, which the package does not send); the score is the package's
-  length-controlled win rate with its regularisation (`length_controlled_v1`, df_gamed.csv from the same hub dataset,
-  or beside a local eval file). An unreadable judge reply is dropped from the win rate and kept in the LC table, as
-  the package does, and counted (`unparsed`).
+- `paper` (its variant class, alpacaeval_paper.py), as RD-Agent's benchmarks/alpacaeval/eval.py grades: the reference
+  outputs of AlpacaEval 2.0 (`alpaca_eval_gpt4_baseline.json`, gpt4_1106_preview's); greedy decoding of 512 new tokens
+  with repetition penalty 1.0, the reply stripped; the judge is the alpaca_eval package's own annotator (its ranking
+  prompt with a forced tool call, its parser, its seeded order swap: evaluators/judging/alpaca_eval_annotator.py),
+  preference 1 or 2 (1.5 only for an output equal to the reference, which the package does not send); the score is the
+  package's length-controlled win rate with its regularisation (`length_controlled_v1`, df_gamed.csv from the same hub
+  dataset, or beside a local eval file). An unreadable judge reply is dropped from the win rate and kept in the LC
+  table, as the package does, and counted (`unparsed`).
 - `a2rl`, a2rl's own: AlpacaEval 1.0's reference outputs (`alpaca_eval.json`, text-davinci-003's), the grader's
   max_new_tokens (1024) with the model's own repetition penalty, a short judge prompt of a2rl's (pairwise.py) where an
   unreadable reply is a draw, and the LC GLM without the gamed-baseline regularisation (winrate.py), which needs no
@@ -36,7 +36,6 @@ from functools import cached_property
 from pathlib import Path
 
 from contracts import screening
-from contracts.decoding import Decoding
 from contracts.registry import register
 from contracts.specs import ConfigError
 from contracts.task import Task, split_off_final, write_original_jsonl
@@ -46,9 +45,6 @@ from evaluators.judging.pairwise import JUDGE_PROMPT, judge_all
 from evaluators.judging.winrate import length_controlled_win_rate, win_rate
 
 METRICS = ("lc_win_rate", "win_rate")
-EVAL_FILES = {"paper": "alpaca_eval_gpt4_baseline.json",  # AlpacaEval 2.0: gpt4_1106_preview's outputs
-              "a2rl": "alpaca_eval.json"}                 # AlpacaEval 1.0: text-davinci-003's
-PAPER_MAX_NEW_TOKENS = 512  # RD-Agent's eval_config max_tokens
 
 
 class PairwiseTask(Task):
@@ -124,10 +120,7 @@ class PairwiseTask(Task):
 
 @register("task", "alpacaeval")
 class AlpacaEvalTask(PairwiseTask):
-    original_max_model_len = 4096  # its eval.py's LLM(max_model_len=4096)
-    protocols = ("a2rl", "paper")
-    original_benchmark = "alpacaeval"
-    original_exposed = ("eval.py",)
+    eval_file_default = "alpaca_eval.json"  # the reference outputs: AlpacaEval 1.0's, text-davinci-003's
 
     def __init__(self, spec: TaskSpec, *, judge: dict | None, eval_data: str = "tatsu-lab/alpaca_eval",
                  train_data: str = "tatsu-lab/alpaca", n_train: int = 2000, n_eval: int | None = None,
@@ -137,7 +130,7 @@ class AlpacaEvalTask(PairwiseTask):
         """judge: a driver config (conf/driver/<name>.yaml's contents; a sweep resolves a name). n_eval: the first
         n feedback rows only (None: all), for a cheaper run that is not the paper's number. final_size: eval rows
         held out as the final split (0: none). eval_file: the reference outputs' file in eval_data (None: the
-        protocol's, EVAL_FILES). annotators_config (protocol paper): alpaca_eval's annotator, a config name of the
+        variant's, eval_file_default). annotators_config (protocol paper): alpaca_eval's annotator, a config name of the
         package or a folder (RD-Agent's annotators_gpt52_fn is the package's alpaca_eval_gpt4_turbo_fn with model
         gpt-5.2); its model is the judge driver's, or judge_model (protocol paper: the paper's is gpt-5.2).
         screen: the screen of null-model and judge-addressing answers (its thresholds; count_flagged null: a flagged
@@ -146,83 +139,15 @@ class AlpacaEvalTask(PairwiseTask):
         if not isinstance(judge, dict) or not judge.get("provider") or judge.get("provider") == "none":
             raise ConfigError(f"task {spec.name}: an LLM judge is required (task.judge=NAME of a conf/driver file, "
                               "e.g. gpt or local-vllm); without a key, use task=alpacaeval_offline")
-        # protocol branch (stays): the judge's model is the release's only under its grading (a2rl's judge keeps its
-        # config)
-        self.judge = {**judge, "model": judge_model} if judge_model and self.protocol == "paper" else judge
+        self.judge = judge
         self.eval_data, self.train_data = eval_data, train_data
-        self.eval_file = eval_file or EVAL_FILES[self.protocol]
+        self.eval_file = eval_file or self.eval_file_default
         self.n_train, self.n_eval = int(n_train), (None if n_eval is None else int(n_eval))
         self.final_size = int(final_size)
         self.annotators_config = annotators_config
-        # protocol branch (stays): config checks of the release's metric: refusals, not values
-        if self.protocol == "paper":
-            if metric != "lc_win_rate":
-                raise ConfigError(f"task {spec.name}: protocol paper reports the LC win rate; metric={metric!r}")
-            alpaca_eval_annotator.build_annotator(self.judge, annotators_config)  # a bad config or judge fails here
 
     def judge_driver(self) -> dict | None:
         return self.judge
-
-    def judge_prompt(self) -> screening.JudgePrompt:
-        # protocol branch (stays): the release's judge prompt is alpaca_eval's annotator's: another judging path
-        return alpaca_eval_annotator.judge_prompt(self.annotators_config) if self.protocol == "paper" else \
-            super().judge_prompt()
-
-    # -- the paper protocol ---------------------------------------------------------------------------------------
-    def decoding(self) -> Decoding:
-        if self.protocol == "paper":
-            return Decoding(max_new_tokens=PAPER_MAX_NEW_TOKENS, repetition_penalty=1.0)
-        return super().decoding()
-
-    def score_all(self, rows: list[dict], completions: list[str], judge=None) -> list[dict]:
-        # protocol branch (stays): the release's judging (alpaca_eval's annotator, its pairwise preferences) is another
-        # scoring path: code
-        if self.protocol != "paper":
-            return super().score_all(rows, completions, judge)
-        if judge is None:
-            raise RuntimeError(f"task {self.name}: its judge ({self.judge.get('name')}) was not opened; the grading "
-                               "service opens it on the driver proxy")
-        outputs = [c.strip() for c in completions]  # RD-Agent strips the reply
-        identity = alpaca_eval_annotator.annotator_identity(judge.driver, self.annotators_config)
-        cache = self.judgement_cache()
-        keys = [alpaca_eval_annotator.judgement_key(identity, r["instruction"], r["reference"], out)
-                for r, out in zip(rows, outputs)]
-        held = [cache.get(k) for k in keys]
-        ask = [i for i, h in enumerate(held) if h is None]
-        asked = alpaca_eval_annotator.annotate(judge, [rows[i] for i in ask], [outputs[i] for i in ask],
-                                               self.annotators_config)
-        for i, judgement in zip(ask, asked):
-            cache.put(keys[i], judgement)
-            held[i] = {**judgement, "fresh": True}
-        return [{"id": r["id"], "completion": out, "preference": h["preference"],
-                 "score": None if h["preference"] is None else h["preference"] - 1.0,
-                 "raw_completion": h["raw_completion"], "cached": "fresh" not in h, "output_len": len(out),
-                 "reference_len": len(r["reference"])} for r, out, h in zip(rows, outputs, held)]
-
-    def summarize(self, items: list[dict], rows: list[dict]) -> dict:
-        # protocol branch (stays): the release's length-controlled GLM is another summary: code
-        if self.protocol != "paper":
-            return super().summarize(items, rows)
-        lc = alpaca_eval_annotator.length_controlled(
-            [i["preference"] for i in items], [r["reference"] for r in rows], [i["completion"] for i in items],
-            [r["position"] for r in rows], self._local_eval_folder())
-        metrics = {"lc_win_rate": lc["length_controlled_winrate"], "win_rate": lc["win_rate"],
-                   "lc_standard_error": lc["lc_standard_error"], "discrete_win_rate": lc["discrete_win_rate"],
-                   "draws": sum(i["preference"] == 1.5 for i in items),
-                   "unparsed": sum(i["preference"] is None for i in items),
-                   "judgements_cached": sum(i["cached"] for i in items)}
-        return self.screened({"score": metrics["lc_win_rate"], "metrics": metrics}, items, rows)
-
-    def judging_instructions(self) -> str:
-        # protocol branch (stays): the instructions describe the protocol's judge in words: a text per protocol
-        if self.protocol != "paper":
-            return super().judging_instructions()
-        return self.grader_section(heading=" (the paper's protocol: RD-Agent's AlpacaEval 2.0 evaluator)", scoring=f"""\
-The reply is stripped. An LLM judge (`{self.judge.get('model')}`) then ranks your output
-against AlpacaEval 2.0's reference output (GPT-4 Turbo's, `alpaca_eval_gpt4_baseline.json`) with the alpaca_eval
-package's own annotator (`{Path(self.annotators_config).name}`: its ranking prompt, a forced tool call, the two
-outputs in a seeded order). The score, 0-100, is alpaca_eval's **length-controlled win rate** (`length_controlled_v1`:
-what the win rate would be if your outputs were as long as the reference's), over the hidden eval instructions.""")
 
     def _local_eval_folder(self) -> Path | None:
         local = Path(self.eval_data).expanduser()
@@ -253,26 +178,11 @@ what the win rate would be if your outputs were as long as the reference's), ove
             if not hub_or_local_present(source, probe):
                 out.append(f"{self.name}: {what} {source!r} is neither a local path nor in the Hugging Face cache "
                            "(downloaded at first use: needs the network)")
-        local = self._local_eval_folder()
-        gamed = alpaca_eval_annotator.GAMED_FILE
-        # protocol branch (stays): the release's data files are checked only where its grading reads them
-        if self.protocol == "paper" and not ((local is not None and (local / gamed).is_file())
-                                             or hub_or_local_present("tatsu-lab/alpaca_eval", gamed)):
-            out.append(f"{self.name}: the LC win rate's {gamed} (hub dataset tatsu-lab/alpaca_eval) is neither beside "
-                       "the local eval file nor in the Hugging Face cache (downloaded at first use: needs the network)")
         return out
 
     def fetch_data(self, sources: dict) -> None:
-        """What missing_data() names, by the loading code a grader runs: the eval and train sets, and (protocol
-        paper) df_gamed.csv as alpaca_eval's LC win rate fetches it."""
+        """What missing_data() names, by the loading code a grader runs: the eval and train sets."""
         self.train_split, self.hidden_splits  # noqa: B018 - loading is fetching
-        # protocol branch (stays): the release's data files are fetched only where its grading reads them
-        if self.protocol == "paper" and self.missing_data():
-            from alpaca_eval import constants
-            from huggingface_hub import hf_hub_download
-
-            hf_hub_download(repo_id="tatsu-lab/alpaca_eval", filename=alpaca_eval_annotator.GAMED_FILE,
-                            repo_type="dataset", token=constants.DATASETS_TOKEN, cache_dir=constants.DEFAULT_CACHE_DIR)
 
     def make_train_rows(self) -> list[dict]:
         rows = []
@@ -285,7 +195,7 @@ what the win rate would be if your outputs were as long as the reference's), ove
     def original_data(self, target: Path) -> None:
         """The original's alpacaeval/data.py: train.jsonl, the first n_train rows of train_data (`tatsu-lab/alpaca`;
         n_train plays its ALPACAEVAL_TRAIN_SAMPLES, 2000 in both) each as its _convert_row makes it, one
-        `json.dumps(row, ensure_ascii=False)` a line."""
+        `json.dumps(row, ensure_ascii=False)` a line. The same folder under both protocols."""
         write_original_jsonl(target / "train.jsonl", (original_row(item)
                                                       for item in load_alpaca(self.train_data, self.n_train)))
 

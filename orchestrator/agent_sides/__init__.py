@@ -25,6 +25,7 @@ from typing import Callable
 from agents.cli.base import CliLaunch
 from contracts import registry
 from contracts.specs import CellSpec
+from contracts.task import CellTask
 from orchestrator.sandbox import Settings
 
 registry.search("orchestrator.agent_sides")  # the sides defined in this package, found on the first lookup
@@ -41,8 +42,9 @@ class CellStart:
     grading_url: str                # the task's grading service, e.g. http://127.0.0.1:8000/<task>
     token: str                      # the run's token
     started: float                  # the attempt's start
-    deadline: float                 # when the wall-time budget ends (it starts now)
-    interactive: bool               # level 3: the task has a rollout service
+    budget_started: float           # when the wall-time budget started (the cell's one clock reading for it)
+    deadline: float                 # when the wall-time budget ends
+    task: CellTask                  # what the cell read of its task, once (interactive, the release's benchmark, ...)
     sandbox: Settings               # the cell's sandbox settings (its network, its agents' uids)
 
 

@@ -15,7 +15,7 @@ class A2rlSide(AgentSide):
     def open(self, start: CellStart) -> Opened:
         cell, workspace = start.cell, start.workspace
         run_info = {"grading_url": start.grading_url, "run_token": start.token,
-                    **({"rollout_url": f"{start.grading_url}/env"} if start.interactive else {}),
+                    **({"rollout_url": f"{start.grading_url}/env"} if start.task.interactive else {}),
                     "started_at": start.started, "deadline": start.deadline}
         materialise(workspace, cell, material=task_material(cell.task, start.cache_dir),
                     base_model_dir=start.base_model, run_info=run_info, code_files=start.code_files)
@@ -24,4 +24,4 @@ class A2rlSide(AgentSide):
             workspace, home=workspace / ".home", task=cell.task_name, base_model=model, model_path=workspace / "model",
             grading_url=start.grading_url, cpus=cell.budget.cpus,
             extra={"A2RL_RUN_TOKEN": start.token, "A2RL_CELL_ID": cell.cell_id, "A2RL_DEADLINE": str(start.deadline),
-                   **({"A2RL_ROLLOUT_URL": run_info["rollout_url"]} if start.interactive else {})}))
+                   **({"A2RL_ROLLOUT_URL": run_info["rollout_url"]} if start.task.interactive else {})}))

@@ -30,7 +30,7 @@ from contracts.file_lock import build_once
 from contracts.registry import register
 from contracts.release import release_root
 from contracts.specs import CellSpec, ConfigError
-from contracts.task import load_task, task_class
+from contracts.task import CellTask, Task, release_benchmark
 from contracts.task_spec import TaskSpec
 from evaluators.workspace_files import run_meta, write_run_meta
 from orchestrator.agent_sides import AgentSide, CellStart, Opened
@@ -71,19 +71,18 @@ class ReleaseSide(AgentSide):
     def open(self, start: CellStart) -> Opened:
         cell, workspace = start.cell, start.workspace
         release_dir = release_root(start.cache_dir)
-        data_dir = release_data(cell.task, start.cache_dir)
-        materialise_release(workspace, cell, data_dir=data_dir, base_model_dir=start.base_model,
-                            release_dir=release_dir, started=start.deadline - cell.budget.wall_time_s,
-                            code_files=start.code_files)
+        data_dir = release_data(start.task.task, start.cache_dir)
+        materialise_release(workspace, cell, start.task, data_dir=data_dir, base_model_dir=start.base_model,
+                            release_dir=release_dir, started=start.budget_started, code_files=start.code_files)
         relay = GradingRelay(start.grading_url, start.token,
                              allowed_uids=peer_uids(start.sandbox.network, agent_ids(cell.cell_id, start.sandbox)))
         port = relay.start()
         home = workspace.with_name(workspace.name + ".home")  # the release's agent has a HOME outside its run folder
         name = model_name(cell)
-        env = agent_env(workspace, home=home, task=str(benchmark(cell.task)), base_model=name,
+        env = agent_env(workspace, home=home, task=str(start.task.release_benchmark), base_model=name,
                         model_path=workspace / "models" / name, grading_url=f"http://127.0.0.1:{port}",
                         cpus=cell.budget.cpus)
-        folder = load_task(cell.task).bench_dir  # a benchmark folder outside the release (smith_task.py)
+        folder = start.task.bench_dir  # a benchmark folder outside the release (smith_task.py)
         return Opened(env=env, launch=ReleaseLaunch(self.name, release_dir), home=home,
                       readonly=[release_dir, data_dir, *linked_from(data_dir), *([folder] if folder else [])],
                       forward=[("127.0.0.1", port)],
@@ -91,33 +90,32 @@ class ReleaseSide(AgentSide):
 
 
 def benchmark(task: TaskSpec) -> str | None:
-    """The task's benchmark in the release (None: the release has no such task); a benchmark folder's is its own
-    (`smith-<name>`), so it is read from the task."""
-    if getattr(task_class(task.cls), "original_benchmark", None) is None:
+    """The task's benchmark in the release (None: the release has no such task)."""
+    try:
+        return release_benchmark(task)
+    except ConfigError:  # a protocol the task has no variant for: refused where the task is built, not here
         return None
-    return load_task(task).original_benchmark
 
 
-def release_data(task: TaskSpec, cache_dir: Path) -> Path:
+def release_data(task: Task, cache_dir: Path) -> Path:
     """The task's train data as the release's data.py writes it, built once per task config."""
     def build(tmp: Path) -> None:
         tmp.mkdir(parents=True)
-        load_task(task, cache_dir).original_data(tmp)
+        task.original_data(tmp)
 
-    return build_once(cache_dir / "tasks" / f"{task.name}-{material_key(task)}-original", build)
+    return build_once(cache_dir / "tasks" / f"{task.name}-{material_key(task.spec)}-original", build)
 
 
-def materialise_release(workspace: Path, cell: CellSpec, *, data_dir: Path, base_model_dir: Path,
+def materialise_release(workspace: Path, cell: CellSpec, task: CellTask, *, data_dir: Path, base_model_dir: Path,
                         release_dir: Path, started: float, code_files: dict[str, Path] | None = None) -> Path:
     """The release's workspace (the layout above)."""
     new_workspace(workspace, folders=("output", "reports"), model_link=f"models/{model_name(cell)}",
                   base_model_dir=base_model_dir, code_files=code_files)
     os.symlink(data_dir, workspace / "data", target_is_directory=True)
-    task = load_task(cell.task)
-    bench = task.bench_dir or release_dir / "benchmarks" / str(task.original_benchmark)
+    bench = task.bench_dir or release_dir / "benchmarks" / str(task.release_benchmark)
     for name, source in [("description.md", bench / "description.md"),
                          ("instructions.md", release_dir / "core" / "instructions.md"),
-                         *[(name, bench / name) for name in task.original_exposed]]:
+                         *[(name, bench / name) for name in task.release_exposed]]:
         if source.exists():  # as the release's ensure_symlink: a missing source is no link
             os.symlink(source, workspace / name)
     write_run_meta(workspace, run_meta(int(started), int(cell.budget.wall_time_s)))  # as init_run_meta writes it

@@ -1,23 +1,34 @@
 """A third protocol, to show that one is a task class that grades under it and one registered agent side
 (tests/test_agent_sides.py imports this module into a sweep with `imports=[tests.support.third_side]`).
 
-`third` grades arithmetic as a2rl does; its agent side gives a command agent a workspace of its own (task.md, base/,
-data/train.jsonl, code/, output/; no run.json), its own name for the run's token (THIRD_TOKEN), and the grader
-directly, in a2rl's grading API."""
+`third` grades arithmetic as a2rl does (its protocol's values are a2rl's, its task variant a2rl's class); its agent side
+gives a command agent a workspace of its own (task.md, base/, data/train.jsonl, code/, output/; no run.json), its own
+name for the run's token (THIRD_TOKEN), and the grader directly, in a2rl's grading API."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
+from contracts.protocols import A2RL
 from contracts.registry import register
 from contracts.specs import CellSpec
+from contracts.task import task_variant
 from evaluators.tasks.reasoning_gym_task import ReasoningGymTask
 from orchestrator.agent_sides import AgentSide, CellStart, Opened
 from orchestrator.workspace import agent_env, new_workspace, task_material
 
 
+register("protocol", "third")(dataclasses.replace(A2RL, name="third"))  # graded as a2rl grades, by its own name
+
+
 @register("task", "reasoning_gym_third")
 class ThirdProtocolTask(ReasoningGymTask):
-    protocols = (*ReasoningGymTask.protocols, "third")
+    pass
+
+
+@task_variant("reasoning_gym_third", "third")
+class ThirdProtocolVariant(ThirdProtocolTask):
+    """Grades arithmetic as a2rl does, under the protocol `third`."""
 
 
 @register("agent_side", "third")
