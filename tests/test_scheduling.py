@@ -13,7 +13,9 @@ import pytest
 
 from orchestrator.ledger import Ledger
 
-SMOKE = ["sweep=smoke", "sweep.budget.wall_time_s=4"]
+# the sleeper ends by its wall time whatever it is; 30 s leaves the noop cell room to start and exit on a loaded
+# machine (4 s did not: its sandboxed python start ran past it at the suite's own load)
+SMOKE = ["sweep=smoke", "sweep.budget.wall_time_s=30"]
 
 
 def ledger_of(out: Path) -> Ledger:
