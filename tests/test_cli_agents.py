@@ -24,7 +24,7 @@ import yaml
 
 from agents.cli import get_adapter
 from agents.cli.base import build_prompt
-from agents.cli.session import CliUnavailable, find_cli
+from agents.cli.session import AgentSession, CliUnavailable, find_cli
 from agents.proxy.usage import Usage
 from contracts.records import DRIVER_CALLS
 from contracts.specs import ConfigError
@@ -140,8 +140,17 @@ def agent_sweeps(cache_dir, grading_port, tmp_path_factory, cli_path: str):
 
 
 @pytest.fixture(scope="module")
-def sweep_runner(ray_cluster, cache_dir, grading_port, tmp_path_factory, cli_bin):
-    yield from agent_sweeps(cache_dir, grading_port, tmp_path_factory, str(cli_bin))
+def linked_bin(cli_bin, tmp_path_factory) -> Path:
+    """The CLIs' folder reached through a symbolic link (a user's ~/clis -> the install's bin/): the sweeps use it, so
+    npm's relative links from bin/ into its packages must land in the real prefix inside the sandbox."""
+    link = tmp_path_factory.mktemp("linked") / "agent-clis"
+    link.symlink_to(cli_bin, target_is_directory=True)
+    return link
+
+
+@pytest.fixture(scope="module")
+def sweep_runner(ray_cluster, cache_dir, grading_port, tmp_path_factory, linked_bin):
+    yield from agent_sweeps(cache_dir, grading_port, tmp_path_factory, str(linked_bin))
 
 
 @dataclasses.dataclass
@@ -513,6 +522,23 @@ def test_a_local_server_refusing_the_agents_call_is_the_cells_error(sweep_runner
     outcome = json.loads((attempt_dir(run, row) / "outcome.json").read_text())
     assert outcome["error"] == row["error"]
     assert (Path(outcome["workspace"]) / "code" / "window.txt").read_text().strip() == "2048"
+
+
+def test_a_cli_folder_behind_a_link_is_used_where_it_points(cli_bin, linked_bin, tmp_path):
+    adapter = get_adapter("codex")
+    exe, _ = find_cli(adapter, None, [str(linked_bin)], "codex")
+    assert exe == cli_bin.resolve() / "codex"  # the prefix the relative link into lib/node_modules needs
+    # a link to the executable itself, from a folder of its own: every folder on the way is shown to the sandbox
+    own = tmp_path / "bin"
+    own.mkdir()
+    (own / "codex").symlink_to(cli_bin / "codex")
+    exe, _ = find_cli(adapter, None, [str(own)], "codex")
+    assert exe == own.resolve() / "codex"
+    cell = expand(compose(["sweep=demo", "agent=codex", "driver=gpt"]))[0]
+    session = AgentSession(cell, adapter, exe)
+    shown = session.readonly_paths([])
+    assert {tmp_path.resolve(), cli_bin.resolve().parent} <= set(shown), shown
+    assert any(p.name == "codex" and p.parent.name == "@openai" for p in shown), shown  # the package itself
 
 
 def test_a_different_installed_version_is_refused(cli_bin):

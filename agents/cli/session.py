@@ -39,7 +39,9 @@ def driver_config(cell) -> dict:
 
 
 def find_cli(adapter: CliAdapter, version: str | None, cli_path: list[str], agent: str) -> tuple[Path, str | None]:
-    """The executable (not resolved, so its install prefix is known) and its installed version."""
+    """The executable and its installed version. The folders on the way are resolved (a cli_path or PATH entry
+    reached through a symbolic link is used where it points: inside the sandbox npm's relative link from bin/ to its
+    package must land in the real prefix), the executable itself is not (so its install prefix is known)."""
     if reason := adapter.unavailable(version):  # whether installed or not: installing it cannot help
         raise CliUnavailable(f"agent {agent}: {reason}")
     dirs = [str(Path(p).expanduser()) for p in cli_path]
@@ -51,7 +53,7 @@ def find_cli(adapter: CliAdapter, version: str | None, cli_path: list[str], agen
         raise CliUnavailable(f"agent {agent}: the `{adapter.executable}` executable of {adapter.package} is not in "
                              f"{where} on this node. Install it: `{install}` (or set cli_path=[DIR] to the folder "
                              f"that holds it)")
-    exe = Path(found)
+    exe = Path(found).parent.resolve() / Path(found).name
     installed = adapter.installed_version(exe)
     if version and installed and installed != str(version):
         raise CliUnavailable(f"agent {agent} pins {adapter.package} {version} but {exe} is version {installed}. "
@@ -62,6 +64,21 @@ def find_cli(adapter: CliAdapter, version: str | None, cli_path: list[str], agen
 
 def _covers(parent: Path, child: Path) -> bool:
     return child == parent or parent in child.parents
+
+
+def link_chain(exe: Path) -> list[Path]:
+    """exe and each link it passes through to its real file, folders resolved (~/bin/claude -> ~/clis/bin/claude ->
+    ../lib/node_modules/@anthropic-ai/claude-code/cli.js)."""
+    chain = [exe.parent.resolve() / exe.name]
+    while chain[-1].is_symlink() and len(chain) < 40:
+        target = chain[-1].parent / os.readlink(chain[-1])
+        chain.append(target.parent.resolve() / target.name)
+    return chain
+
+
+def install_folder(path: Path) -> Path:
+    """What holds an executable's install: the prefix above a bin/ folder, else the folder itself."""
+    return path.parent.parent if path.parent.name == "bin" else path.parent
 
 
 class AgentSession:
@@ -93,8 +110,8 @@ class AgentSession:
         would also uncover a hidden path (a prefix that holds the grading cache, say) is left out."""
         if self.exe is None or self.adapter is None:
             return []
-        candidates = {self.exe.parent.parent if self.exe.parent.name == "bin" else self.exe.parent,
-                      self.exe.resolve().parent, *self.adapter.runtime_paths(self.exe)}
+        chain = link_chain(self.exe)  # every folder the kernel passes through to run it
+        candidates = {*(install_folder(p) for p in chain), chain[-1].parent, *self.adapter.runtime_paths(self.exe)}
         hidden = [h.resolve() for h in hidden]
         return sorted(p for p in candidates if not any(_covers(p.resolve(), h) for h in hidden))
 
