@@ -112,7 +112,9 @@ def test_the_dry_run_says_which_data_each_paper_task_reads_and_the_keys_it_needs
     assert "spaCy's en_core_web_sm 3.7.1" in said
 
 
-@pytest.mark.parametrize("task", ["alfworld", "webshop"])
+# ALFWorld's cell (~2 min) is slow: webshop's runs the same path (an interactive paper cell through the rollout
+# service), ALFWorld's paper games play end to end in test_alfworld_paper
+@pytest.mark.parametrize("task", [pytest.param("alfworld", marks=pytest.mark.slow), "webshop"])
 def test_a_paper_cell_on_upstream_layout_data_runs_end_to_end_with_no_stand_in(run_sweep, tmp_path, task):
     if task == "alfworld":
         pytest.importorskip("alfworld")

@@ -13,6 +13,7 @@ from orchestrator.ledger import Ledger
 from tests.conftest import ROOT
 
 
+@pytest.mark.slow  # the CLI sweep's cells write offline W&B runs too (test_cli_agents: driver usage per cell's run)
 def test_wandb_offline_run_per_cell(run_sweep):
     _, _, out = run_sweep(["sweep=smoke", "sweep.agents=[copy_base]", "sweep.seeds=[0,1]", "logger=wandb",
                            "logger.mode=offline"])
@@ -89,7 +90,7 @@ def test_report_on_a_missing_ledger_is_one_clear_line(tmp_path):
     assert proc.returncode == 2 and "no ledger" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.slow  # ~2.5 min; the level-3 path runs in scripts/test through the rollout-host fault sweep, the agent
+@pytest.mark.slow  # ~2.5 min; the level-3 path runs in scripts/test through test_paper_data's WebShop cell, the agent
 # client's sft_grpo against real graders and the lockstep grading tests (final split included)
 def test_alfworld_sweep_runs_sft_grpo_in_its_sandbox(run_sweep):
     """Level 3 through the orchestrator: sft_grpo, sandboxed, warms up on the expert steps, plays train games through
