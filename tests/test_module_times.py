@@ -40,13 +40,13 @@ def test_time_counts_in_the_machines_pace_a_busy_machine_passes_and_doubled_work
     assert in_units({"m": [(0.0, 5.0, 5.0)]}, [], 0.03) == in_units({"m": [(0.0, 5.0, 5.0)]}, ticks(0.09, 5), None)
 
 
-def run_suite(tmp_path: Path, mode: str, budgets: dict | None) -> subprocess.CompletedProcess:
+def run_suite(tmp_path: Path, mode: str, budgets: dict | None, **extra: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_a.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
     budget_file = tmp_path / "budgets.json"
     if budgets is not None:
         budget_file.write_text(json.dumps(budgets))
     env = {**os.environ, "A2RL_MODULE_TIMES": mode, "A2RL_MODULE_TIMES_FILE": str(budget_file),
-           "PYTHONPATH": str(ROOT)}
+           "PYTHONPATH": str(ROOT), **extra}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.support.module_times", "-p",
                            "no:cacheprovider", "-o", "addopts=", "test_a.py"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -58,7 +58,9 @@ def test_record_then_check_then_a_module_over_budget_fails_the_run(tmp_path):
     written = json.loads((tmp_path / "budgets.json").read_text())
     assert list(written["modules"]) == ["test_a.py"] and written["unit_s"] > 0  # the metronome's loop was timed
 
-    assert run_suite(tmp_path, "check", None).returncode == 0  # its recorded budget: passes
+    out = tmp_path / "this_run.json"
+    assert run_suite(tmp_path, "check", None, A2RL_MODULE_TIMES_OUT=str(out)).returncode == 0  # its recorded budget
+    assert list(json.loads(out.read_text())["modules"]) == ["test_a.py"]  # and this run's times beside the check
 
     over = {"unit_s": written["unit_s"], "modules": {"test_a.py": -100}}  # a limit no run can meet
     failed = run_suite(tmp_path, "check", over)

@@ -18,6 +18,7 @@ A module without a budget gets DEFAULT_S.
     A2RL_MODULE_TIMES=report scripts/test     # prints the modules over their budget, never fails the run
     A2RL_MODULE_TIMES=off scripts/test        # no check
     A2RL_MODULE_TIMES_FILE=path               # budgets kept elsewhere
+    A2RL_MODULE_TIMES_OUT=path                # also write this run's times there (the record's format)
 """
 from __future__ import annotations
 
@@ -121,6 +122,14 @@ def over_budget(counted: dict[str, float], budgets: dict[str, float]) -> list[st
     return lines
 
 
+def write_times(path: Path, ticks: list[tuple[float, float]]) -> None:
+    """This run's module times in its own loop's median: tests/module_times.json's format."""
+    unit_s = statistics.median(s for _, s in ticks) if ticks else None
+    counted = in_units(phases, ticks, unit_s)
+    path.write_text(json.dumps({"unit_s": unit_s and round(unit_s, 5),
+                                "modules": {m: round(s, 1) for m, s in sorted(counted.items())}}, indent=1) + "\n")
+
+
 def mode() -> str:
     return os.environ.get("A2RL_MODULE_TIMES", "check")
 
@@ -145,12 +154,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if mode() == "record":
-        unit_s = statistics.median(s for _, s in ticks) if ticks else None
-        counted = in_units(phases, ticks, unit_s)
-        BUDGETS.write_text(json.dumps({"unit_s": unit_s and round(unit_s, 5),
-                                       "modules": {m: round(s, 1) for m, s in sorted(counted.items())}}, indent=1)
-                           + "\n")
+        write_times(BUDGETS, ticks)
         return
+    if os.environ.get("A2RL_MODULE_TIMES_OUT"):  # this run's times as budgets, beside the check
+        write_times(Path(os.environ["A2RL_MODULE_TIMES_OUT"]), ticks)
     recorded = json.loads(BUDGETS.read_text()) if BUDGETS.exists() else {}
     unit_s = recorded.get("unit_s")
     lines = over_budget(in_units(phases, ticks, unit_s), recorded.get("modules", {}))
