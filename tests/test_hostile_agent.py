@@ -23,6 +23,7 @@ import pytest
 
 from contracts.records import read_jsonl
 from orchestrator.ledger import Ledger
+from tests.support.cells import cells_ended
 
 PROBE = r'''
 import ctypes, json, os, socket, subprocess, sys, time
@@ -185,7 +186,8 @@ def test_hostile_agent_cannot_escape_and_limits_end_hogs(run_sweep, cache_dir, t
     (other / "submissions.jsonl").write_text('{"score": 99}\n')
     task_cfg = yaml.safe_load((root / "conf" / "task" / "arithmetic.yaml").read_text())
     # Score the base model first, so the grading cache holds the eval items with their answers.
-    run_sweep(["sweep=smoke", "agent=noop", "sweep.budget.wall_time_s=5"], output_dir=tmp_path / "warm")
+    _, _, warm = run_sweep(["sweep=smoke", "agent=noop", "sweep.budget.wall_time_s=5"], output_dir=tmp_path / "warm")
+    cells_ended(Ledger(warm / "ledger.sqlite").cells().values())
     [items] = list((cache_dir / "grading").rglob("*.items.json"))[:1]
     facts = {
         "secrets": {"ledger": str(out / "ledger.sqlite"), "eval items": str(items), "ray token": str(token),

@@ -34,6 +34,7 @@ from contracts.release import release_root
 from orchestrator.workspace import base_env
 from tests.conftest import ROOT
 from tests.fixtures.parity import agent_side as side
+from tests.support.cells import cells_ended
 from tests.support.fake_upstream import FakeUpstream
 from tests.test_cli_agents import REAL_KEY, USAGE, agent_sweeps, collect, drivers_override, fake_driver
 
@@ -245,6 +246,7 @@ def test_the_prompts_curl_line_is_answered_as_the_original_answers_it(cells, age
     JSON: the original's server refuses it (400). With its quotes read as quotes it is graded: the original's answer
     keys and values (scores, times and the timestamp as placeholders; a2rl's extra keys may follow)."""
     cell = cells(agent)
+    cells_ended([cell.row], allowed=["completed"])  # the stand-in exits 0 once it has submitted (or, a pipeline, not)
     expected = cell.expected[VARIANT]["submit"]
     if expected is None or not cell.original_launch:  # a pipeline: no prompt, no curl line
         assert cell.submit is None, cell.submit

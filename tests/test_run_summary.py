@@ -61,7 +61,9 @@ def test_run_summaries_are_written_metered_cached_and_optional(run_sweep, tmp_pa
     _, _, out = run_sweep(["sweep=smoke", "agent=command", f"agent.files=[{tmp_path / 'agent.py'}]",
                            "agent.command=python code/agent.py", "task=arithmetic", "sweep.budget.wall_time_s=300",
                            "sandbox.kill_grace_s=1"])
-    (cell_id,) = Ledger(out / "ledger.sqlite").cells()
+    ((cell_id, row),) = Ledger(out / "ledger.sqlite").cells().items()
+    # its second submission was its last (smoke's max_submissions=2): the budget ended it
+    assert (row["status"], row["limit_hit"], row["error"]) == ("budget_exhausted", "submissions", None), row
     cell_dir = out / "cells" / cell_id
 
     # Off by default: the deterministic report only, and it is what stays the same whatever a driver does.

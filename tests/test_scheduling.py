@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from orchestrator.ledger import Ledger
+from tests.support.cells import cells_ended
 
 # the sleeper ends by its wall time whatever it is; 30 s leaves the noop cell room to start and exit on a loaded
 # machine (4 s did not: its sandboxed python start ran past it at the suite's own load)
@@ -50,9 +51,10 @@ def test_adding_seeds_and_agents_runs_only_new_cells(run_sweep):
                             "+sweep.extra=1", "agent=command", "agent.command=exit 3"], output_dir=out)
     assert {c.agent.name for c in plan.to_run} == {"command"}
     rows = ledger_of(out).cells()
+    cells_ended([r for r in rows.values() if r["agent"] == "noop"])
     errored = [r for r in rows.values() if r["agent"] == "command"]
     assert {r["status"] for r in errored} == {"agent_error"}
-    assert "exited with code 3" in errored[0]["error"]
+    assert all("agent exited with code 3" in r["error"] for r in errored), errored
     # errored cells are finished unless asked: rerun_errored runs exactly those again
     plan, _, _ = run_sweep(["sweep=smoke", "sweep.seeds=[0,1]", "agent=command", "agent.command=exit 3"],
                            output_dir=out)
@@ -60,7 +62,9 @@ def test_adding_seeds_and_agents_runs_only_new_cells(run_sweep):
     plan, _, _ = run_sweep(["sweep=smoke", "sweep.seeds=[0,1]", "agent=command", "agent.command=exit 3",
                             "rerun_errored=true"], output_dir=out)
     assert len(plan.to_run) == 2
-    assert {r["attempts"] for r in ledger_of(out).cells().values() if r["agent"] == "command"} == {2}
+    rerun = [r for r in ledger_of(out).cells().values() if r["agent"] == "command"]
+    assert {r["attempts"] for r in rerun} == {2}
+    assert all(r["status"] == "agent_error" and "agent exited with code 3" in r["error"] for r in rerun), rerun
 
 
 def test_dry_run_lists_cells_and_gpu_hours_and_runs_nothing(run_sweep, tmp_path):
@@ -77,7 +81,7 @@ def test_gpu_reservations_never_overlap(run_sweep):
     _, printed, out = run_sweep(["sweep=smoke", "sweep.agents=[sleeper]", "sweep.seeds=[0,1]",
                                  "sweep.budget.gpus=1", "sweep.budget.wall_time_s=3", "cluster.pending_report_s=0.2"])
     rows = sorted(ledger_of(out).cells().values(), key=lambda r: r["started_at"])
-    assert len(rows) == 2 and all(r["status"] == "budget_exhausted" for r in rows)
+    assert [(r["status"], r["limit_hit"]) for r in rows] == [("budget_exhausted", "wall_time")] * 2, rows
     assert rows[0]["ended_at"] <= rows[1]["started_at"]
     waits = [line.split(" | ")[1] for line in printed.splitlines() if " | pending: " in line]
     assert waits and all(w.startswith(("pending: 1 x (CPU=1, emulated_gpu=1); free now: ",
@@ -116,7 +120,7 @@ def test_budget_kills_the_whole_group_no_orphans(run_sweep, tmp_path, sandboxed)
         overrides += ["sandbox.required=false"]
     _, _, out = run_sweep(overrides)
     row = next(iter(ledger_of(out).cells().values()))
-    assert row["status"] == "budget_exhausted", row
+    assert (row["status"], row["limit_hit"]) == ("budget_exhausted", "wall_time"), row
     time.sleep(0.5)
     left = agent_processes(marker)
     names = [" ".join(p.cmdline()) for p in left]

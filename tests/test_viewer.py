@@ -30,6 +30,7 @@ from orchestrator.viewer import data as viewer_data
 from orchestrator.viewer.masking import MASK, Masker
 from orchestrator.viewer.static import write_site
 from tests.conftest import ROOT
+from tests.support.cells import cells_ended
 from tests.support.fake_upstream import FakeUpstream, shell_script
 from tests.test_cli_agents import REAL_KEY, USAGE, agent_sweeps, drivers_override, fake_driver, install_clis
 
@@ -153,6 +154,7 @@ def secrets_of(out: Path) -> list[str]:
 
 def test_static_pages_show_the_sweep_its_cells_and_groups(real_sweep, browser):
     out, cells = real_sweep
+    cells_ended(cells.values())  # the pages show cells that ran as they should
     site = out / "report" / "viewer"
     from orchestrator.viewer.site import plotly_js
 
@@ -242,7 +244,9 @@ def test_the_report_and_the_viewer_show_one_models_numbers(real_sweep):
 @pytest.mark.slow  # about 3 minutes: the demo's sft trains; the default run covers the pages with copy_base's cell
 def test_the_demo_sweeps_sft_cell(ray_cluster, cache_dir, grading_port, tmp_path_factory, browser):
     out = run_sweep_for_viewer(cache_dir, grading_port, tmp_path_factory, "sft,copy_base", "viewer-demo")
-    sft = next(r for r in Ledger(out / "ledger.sqlite").cells().values() if r["agent"] == "sft")
+    rows = Ledger(out / "ledger.sqlite").cells().values()
+    cells_ended(rows)
+    sft = next(r for r in rows if r["agent"] == "sft")
     v = Visit(browser, (out / "report" / "viewer" / f"cell-{sft['cell_id']}.html").as_uri())
     outcome = json.loads((out / "cells" / sft["cell_id"] / "report.json").read_text())["outcome_class"]
     assert "sft / none on arithmetic, seed 0" in v.text("h1") and outcome in v.text("#outcome")
