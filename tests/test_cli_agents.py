@@ -192,9 +192,9 @@ def main_run(sweep_runner):
     providers = {"fake-anthropic": "anthropic", "fake-openai": "openai", "fake-vllm": "openai-compatible",
                  "fake-gemini": "gemini"}
     drivers = [fake_driver(name, provider, fake, MODELS[name]) for name, provider in providers.items()]
-    try:
+    try:  # 600 s bounds a cell, the scripted model's "done" ends it: 150 s ran out for three CLIs on a loaded machine
         out = sweep_runner("cli-main", [f"sweep.agents=[{','.join(CLIS)}]", drivers_override(drivers),
-                                        "sweep.budget.wall_time_s=150", "sweep.budget.max_submissions=2",
+                                        "sweep.budget.wall_time_s=600", "sweep.budget.max_submissions=2",
                                         "logger=wandb", "logger.mode=offline"])
     finally:
         fake.stop()
@@ -381,7 +381,7 @@ def test_budget_exhaustion_mid_conversation_stops_the_agent_and_names_the_limit(
                          price_output_per_mtok=0.0, price_cached_input_per_mtok=2000.0)   # $2 a call
     try:
         out = sweep_runner("cli-budget", ["sweep.agents=[claude_code,codex]", drivers_override([free, pricey]),
-                                          "sweep.budget.wall_time_s=90", "+sweep.budget.max_tokens=3000",
+                                          "sweep.budget.wall_time_s=600", "+sweep.budget.max_tokens=3000",
                                           "+sweep.budget.max_cost_usd=2.5"])
     finally:
         fake.stop()
