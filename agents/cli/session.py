@@ -111,7 +111,7 @@ class AgentSession:
         if self.exe is None or self.adapter is None:
             return []
         chain = link_chain(self.exe)  # every folder the kernel passes through to run it
-        candidates = {*(install_folder(p) for p in chain), chain[-1].parent, *self.adapter.runtime_paths(self.exe)}
+        candidates = {*(install_folder(p) for p in chain), *self.adapter.runtime_paths(self.exe)}
         hidden = [h.resolve() for h in hidden]
         return sorted(p for p in candidates if not any(_covers(p.resolve(), h) for h in hidden))
 
