@@ -71,3 +71,40 @@ def test_record_then_check_then_a_module_over_budget_fails_the_run(tmp_path):
     reported = run_suite(tmp_path, "report", over)  # said, not failed
     assert reported.returncode == 0 and "over -120 s (its budget -100 s)" in reported.stdout, reported.stdout
     assert run_suite(tmp_path, "off", over).returncode == 0
+
+
+
+def test_two_workers_take_the_longest_modules_first_and_each_modules_tests_in_order(tmp_path):
+    """Budgets order the run: modules longest first (a module without a budget counts the default), each module's
+    tests in their own order; with two workers as scripts/test runs them, the two longest start at once."""
+    for name in "abcd":
+        (tmp_path / f"test_{name}.py").write_text(
+            "import os\n\n"
+            "def ran(test):\n"
+            "    with open('ran.txt', 'a') as f:\n"
+            "        f.write(f\"{os.environ.get('PYTEST_XDIST_WORKER')} {__name__} {test}\\n\")\n\n"
+            + "".join(f"def test_{n}():\n    ran('{n}')\n\n" for n in ("one", "two", "three")))
+    budgets = {"modules": {"test_a.py": 1, "test_b.py": 500, "test_d.py": 90}}  # test_c.py: none (default 60 s)
+    (tmp_path / "budgets.json").write_text(json.dumps(budgets))
+    env = {**os.environ, "A2RL_MODULE_TIMES": "off", "A2RL_MODULE_TIMES_FILE": str(tmp_path / "budgets.json"),
+           "PYTHONPATH": str(ROOT)}
+
+    def pytest(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.support.module_times", "-p",
+                               "no:cacheprovider", "-o", "addopts=", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    listed = [line.split("::")[0] for line in pytest("--collect-only", "-q").splitlines() if "::" in line]
+    assert listed == ["test_b.py"] * 3 + ["test_d.py"] * 3 + ["test_c.py"] * 3 + ["test_a.py"] * 3
+
+    pytest("-n", "2", "--dist", "loadfile", "--no-loadscope-reorder")
+    by_worker: dict[str, list[tuple[str, str]]] = {}
+    for line in (tmp_path / "ran.txt").read_text().splitlines():
+        worker, module, test = line.split()
+        by_worker.setdefault(worker, []).append((module, test))
+    assert sorted(ran[0][0] for ran in by_worker.values()) == ["test_b", "test_d"]  # the two longest, at once
+    for ran in by_worker.values():
+        for module in {m for m, _ in ran}:
+            assert [t for m, t in ran if m == module] == ["one", "two", "three"]

@@ -19,6 +19,10 @@ A module without a budget gets DEFAULT_S.
     A2RL_MODULE_TIMES=off scripts/test        # no check
     A2RL_MODULE_TIMES_FILE=path               # budgets kept elsewhere
     A2RL_MODULE_TIMES_OUT=path                # also write this run's times there (the record's format)
+
+The same budgets order the run: the longest modules first (a module without a budget counts DEFAULT_S). pytest-xdist
+hands whole modules to its workers in collection order (scripts/test: --dist loadfile --no-loadscope-reorder), so the
+short ones fill in at the end instead of a long module starting last while the other worker idles.
 """
 from __future__ import annotations
 
@@ -138,6 +142,12 @@ def pytest_configure(config: pytest.Config) -> None:
     global metronome
     if not hasattr(config, "workerinput") and mode() != "off" and metronome is None:
         metronome = Metronome()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    budgets = json.loads(BUDGETS.read_text()).get("modules", {}) if BUDGETS.exists() else {}
+    # a stable sort: each module's tests keep their order; every worker collects the same order (xdist requires it)
+    items.sort(key=lambda item: -budgets.get(item.nodeid.split("::")[0], DEFAULT_S))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
