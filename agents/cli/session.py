@@ -62,10 +62,6 @@ def find_cli(adapter: CliAdapter, version: str | None, cli_path: list[str], agen
     return exe, installed
 
 
-def _covers(parent: Path, child: Path) -> bool:
-    return child == parent or parent in child.parents
-
-
 def link_chain(exe: Path) -> list[Path]:
     """exe and each link it passes through to its real file, folders resolved (~/bin/claude -> ~/clis/bin/claude ->
     ../lib/node_modules/@anthropic-ai/claude-code/cli.js)."""
@@ -113,7 +109,7 @@ class AgentSession:
         chain = link_chain(self.exe)  # every folder the kernel passes through to run it
         candidates = {*(install_folder(p) for p in chain), *self.adapter.runtime_paths(self.exe)}
         hidden = [h.resolve() for h in hidden]
-        return sorted(p for p in candidates if not any(_covers(p.resolve(), h) for h in hidden))
+        return sorted(p for p in candidates if not any(h.is_relative_to(p.resolve()) for h in hidden))
 
     def start(self, workspace: Path, env: dict, proxy_url: str, records_path: Path, argv: list[str],
               scope: str = "", launch: CliLaunch | None = None) -> list[str]:
