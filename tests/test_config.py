@@ -109,7 +109,8 @@ def test_a_config_that_extends_itself_is_refused(tmp_path, monkeypatch):
     (["task=webshop", "task.rollout.num_hosts=null", "+task.rollout.host_cpus=1"],
      "task webshop: rollout.num_hosts is null (one host per CPU of the cluster) while host_cpus=1 reserves CPUs"),
     (["task=arithmetic", "task.cls=nope"], "unknown task 'nope'; known: alfworld"),
-    (["sweep.agents=[sft]", "+agent.kind=robot"], "agent.kind='robot' must be one of 'builtin', 'cli', 'command'"),
+    # (the kinds follow: a sweep's `imports` register more, tests/support/buggy.py in this process too)
+    (["sweep.agents=[sft]", "+agent.kind=robot"], "agent.kind='robot' must be one of "),
     # an agent.args key its agent does not read (a typo) would be ignored: its script's DEFAULTS, its CLI's knobs
     (["agent=sft", "+agent.args.step_per_round=3"],
      "agent.args: unknown key(s) ['step_per_round']; known keys are ['activation_checkpointing', 'batch_size',"),
@@ -122,6 +123,15 @@ def test_config_errors_name_key_and_value(overrides, message):
         cells_for("sweep=demo", *overrides)
     assert message in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_an_unknown_agent_kind_is_told_every_kind_registered_in_the_process():
+    from contracts.registry import names
+
+    with pytest.raises(ConfigError) as e:
+        cells_for("sweep=demo", "sweep.agents=[sft]", "+agent.kind=robot")
+    assert {"builtin", "cli", "command"} <= set(names("agent_kind"))
+    assert str(e.value).endswith("must be one of " + ", ".join(map(repr, names("agent_kind"))))
 
 
 def test_unknown_cluster_mode():
