@@ -40,16 +40,20 @@ def test_time_counts_in_the_machines_pace_a_busy_machine_passes_and_doubled_work
     assert in_units({"m": [(0.0, 5.0, 5.0)]}, [], 0.03) == in_units({"m": [(0.0, 5.0, 5.0)]}, ticks(0.09, 5), None)
 
 
+def pytest_in(folder: Path, mode: str, *args: str, **extra: str) -> subprocess.CompletedProcess:
+    """pytest on the suite in folder with the guard as a plugin, its budgets in folder/budgets.json."""
+    env = {**os.environ, "A2RL_MODULE_TIMES": mode, "A2RL_MODULE_TIMES_FILE": str(folder / "budgets.json"),
+           "PYTHONPATH": str(ROOT), **extra}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.support.module_times", "-p",
+                           "no:cacheprovider", "-o", "addopts=", *args],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
 def run_suite(tmp_path: Path, mode: str, budgets: dict | None, **extra: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_a.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
-    budget_file = tmp_path / "budgets.json"
     if budgets is not None:
-        budget_file.write_text(json.dumps(budgets))
-    env = {**os.environ, "A2RL_MODULE_TIMES": mode, "A2RL_MODULE_TIMES_FILE": str(budget_file),
-           "PYTHONPATH": str(ROOT), **extra}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.support.module_times", "-p",
-                           "no:cacheprovider", "-o", "addopts=", "test_a.py"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        (tmp_path / "budgets.json").write_text(json.dumps(budgets))
+    return pytest_in(tmp_path, mode, "-q", "test_a.py", **extra)
 
 
 def test_record_then_check_then_a_module_over_budget_fails_the_run(tmp_path):
@@ -73,7 +77,6 @@ def test_record_then_check_then_a_module_over_budget_fails_the_run(tmp_path):
     assert run_suite(tmp_path, "off", over).returncode == 0
 
 
-
 def test_two_workers_take_the_longest_modules_first_and_each_modules_tests_in_order(tmp_path):
     """Budgets order the run: modules longest first (a module without a budget counts the default), each module's
     tests in their own order; with two workers as scripts/test runs them, the two longest start at once."""
@@ -86,13 +89,9 @@ def test_two_workers_take_the_longest_modules_first_and_each_modules_tests_in_or
             + "".join(f"def test_{n}():\n    ran('{n}')\n\n" for n in ("one", "two", "three")))
     budgets = {"modules": {"test_a.py": 1, "test_b.py": 500, "test_d.py": 90}}  # test_c.py: none (default 60 s)
     (tmp_path / "budgets.json").write_text(json.dumps(budgets))
-    env = {**os.environ, "A2RL_MODULE_TIMES": "off", "A2RL_MODULE_TIMES_FILE": str(tmp_path / "budgets.json"),
-           "PYTHONPATH": str(ROOT)}
 
     def pytest(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.support.module_times", "-p",
-                               "no:cacheprovider", "-o", "addopts=", *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=300)
+        done = pytest_in(tmp_path, "off", *args)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
